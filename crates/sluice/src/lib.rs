@@ -1,0 +1,3 @@
+//! sluice engine (work in progress).
+mod rate;
+pub use rate::{Rate, RateError};
