@@ -90,7 +90,8 @@ impl FromStr for Rate {
             .ok()
             .and_then(NonZeroU32::new)
             .ok_or_else(|| RateError::Count(text.to_owned()))?;
-        let window = parse_window(window.trim()).ok_or_else(|| RateError::Window(text.to_owned()))?;
+        let window =
+            parse_window(window.trim()).ok_or_else(|| RateError::Window(text.to_owned()))?;
         Rate::new(count, window).ok_or_else(|| RateError::Window(text.to_owned()))
     }
 }
@@ -127,7 +128,10 @@ mod tests {
         let r: Rate = "10/1s".parse().unwrap();
         assert_eq!((r.count().get(), r.window()), (10, Duration::from_secs(1)));
         let r: Rate = " 3 / 200ms ".parse().unwrap();
-        assert_eq!((r.count().get(), r.window()), (3, Duration::from_millis(200)));
+        assert_eq!(
+            (r.count().get(), r.window()),
+            (3, Duration::from_millis(200))
+        );
         let r: Rate = "600/min".parse().unwrap();
         assert_eq!(r.window(), Duration::from_secs(60));
         assert_eq!(r.to_string(), "600/1m");
@@ -138,9 +142,15 @@ mod tests {
         assert!(matches!("0/1s".parse::<Rate>(), Err(RateError::Count(_))));
         assert!(matches!("-1/1s".parse::<Rate>(), Err(RateError::Count(_))));
         assert!(matches!("10/0s".parse::<Rate>(), Err(RateError::Window(_))));
-        assert!(matches!("10/soon".parse::<Rate>(), Err(RateError::Window(_))));
+        assert!(matches!(
+            "10/soon".parse::<Rate>(),
+            Err(RateError::Window(_))
+        ));
         assert!(matches!("10".parse::<Rate>(), Err(RateError::Shape(_))));
-        assert!(matches!("10/30d".parse::<Rate>(), Err(RateError::Window(_))));
+        assert!(matches!(
+            "10/30d".parse::<Rate>(),
+            Err(RateError::Window(_))
+        ));
         let message = "0/1s".parse::<Rate>().unwrap_err().to_string();
         assert!(message.contains("0/1s"), "{message}");
     }

@@ -1,0 +1,117 @@
+//! A call (what the model asked for) and its completion (what came back).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::outcome::Outcome;
+
+/// One tool call: tool + payload (JSON arguments by default) + optional deadline.
+///
+/// ```
+/// let call = sluice::Call::new("search_tickets", serde_json::json!({"query": "refund"}))
+///     .deadline(std::time::Duration::from_secs(20));
+/// assert_eq!(call.tool(), "search_tickets");
+/// ```
+#[derive(Debug)]
+pub struct Call<P = serde_json::Value> {
+    pub(crate) tool: Arc<str>,
+    pub(crate) payload: Arc<P>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) route: Option<Arc<Route>>,
+}
+
+impl<P> Clone for Call<P> {
+    fn clone(&self) -> Self {
+        Call {
+            tool: self.tool.clone(),
+            payload: self.payload.clone(),
+            deadline: self.deadline,
+            route: self.route.clone(),
+        }
+    }
+}
+
+/// Where a call goes when it names no configured tool: a credential, and
+/// whether the request is a read and safe to repeat. The sidecar's proxy
+/// uses it for requests that arrive as plain HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The credential it spends.
+    pub credential: String,
+    /// A read: coalesced and cached within the turn.
+    pub read: bool,
+    /// Safe to repeat after a failure that may have reached the server.
+    pub idempotent: bool,
+    /// Its default deadline (else the gate's).
+    pub deadline: Option<Duration>,
+}
+
+impl Call<serde_json::Value> {
+    /// A call of `tool` with JSON arguments.
+    pub fn new(tool: &str, args: serde_json::Value) -> Self {
+        Call::with_payload(tool, args)
+    }
+}
+
+impl<P> Call<P> {
+    /// A call of `tool` carrying any payload the executor understands.
+    pub fn with_payload(tool: &str, payload: P) -> Self {
+        Call {
+            tool: Arc::from(tool),
+            payload: Arc::new(payload),
+            deadline: None,
+            route: None,
+        }
+    }
+
+    /// A call that names no configured tool: `label` identifies it in logs,
+    /// outcomes and metrics; `route` says where it goes.
+    pub fn routed(label: &str, route: Route, payload: P) -> Self {
+        Call {
+            route: Some(Arc::new(route)),
+            ..Call::with_payload(label, payload)
+        }
+    }
+
+    /// Sets this call's deadline, overriding its tool's.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The tool's name (or the label of a routed call).
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &P {
+        &self.payload
+    }
+}
+
+/// A call's outcome with the upstream response it came from, if any.
+///
+/// Harnesses that speak HTTP themselves (the sidecar's proxy, the tower
+/// layer) return the response as is; others use only the outcome.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// What the model is told.
+    pub outcome: Outcome,
+    /// The last upstream response, for `ok` and for upstream `error`s.
+    pub response: Option<Arc<http::Response<Bytes>>>,
+    /// True when this came from another call in the turn (joined or cached).
+    pub shared: bool,
+}
+
+impl From<Outcome> for Completion {
+    fn from(outcome: Outcome) -> Self {
+        Completion {
+            outcome,
+            response: None,
+            shared: false,
+        }
+    }
+}

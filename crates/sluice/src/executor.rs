@@ -1,0 +1,129 @@
+//! The boundary to the network: the harness hands the gate an [`Executor`]; the engine never opens a socket.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+/// What a call carries to the executor. Its coalescing identity decides
+/// which reads in a turn are "the same call".
+pub trait Payload: Send + Sync + 'static {
+    /// A key equal for requests that are interchangeable, `None` to never
+    /// coalesce. For tool arguments it is their canonical JSON.
+    fn coalesce_key(&self) -> Option<String>;
+}
+
+impl Payload for serde_json::Value {
+    fn coalesce_key(&self) -> Option<String> {
+        Some(crate::canonical::canonical_json(self))
+    }
+}
+
+/// One attempt at a call, as the executor receives it. Cheap to clone.
+#[derive(Debug)]
+pub struct Request<P> {
+    /// The tool's name (or the label of a routed call).
+    pub tool: Arc<str>,
+    /// The credential it spends.
+    pub credential: Arc<str>,
+    /// The call's payload, e.g. the tool's JSON arguments.
+    pub payload: Arc<P>,
+    /// 0 for the first attempt, then 1, 2, ...
+    pub attempt: u32,
+    /// The call's remaining deadline; the gate also enforces it.
+    pub timeout: Duration,
+}
+
+impl<P> Clone for Request<P> {
+    fn clone(&self) -> Self {
+        Request {
+            tool: self.tool.clone(),
+            credential: self.credential.clone(),
+            payload: self.payload.clone(),
+            attempt: self.attempt,
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// Turns a request into an HTTP response, or a transport error.
+///
+/// The gate times out and drops the returned future when the call's
+/// deadline runs out, so it must be cancel-safe (reqwest and hyper are).
+pub trait Executor: Send + Sync + 'static {
+    /// What calls carry.
+    type Payload: Payload;
+
+    /// Sends one attempt.
+    fn execute(
+        &self,
+        request: Request<Self::Payload>,
+    ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send;
+}
+
+/// An executor from an async closure over JSON-argument requests.
+///
+/// ```
+/// use bytes::Bytes;
+/// let executor = sluice::executor_fn(|request: sluice::Request<serde_json::Value>| async move {
+///     let body = format!("{{\"tool\":\"{}\"}}", request.tool);
+///     Ok(http::Response::new(Bytes::from(body)))
+/// });
+/// # let _ = executor;
+/// ```
+pub fn executor_fn<F, Fut>(f: F) -> FnExecutor<F>
+where
+    F: Fn(Request<serde_json::Value>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<http::Response<Bytes>, TransportError>> + Send,
+{
+    FnExecutor(f)
+}
+
+/// See [`executor_fn`].
+#[derive(Debug, Clone)]
+pub struct FnExecutor<F>(F);
+
+impl<F, Fut> Executor for FnExecutor<F>
+where
+    F: Fn(Request<serde_json::Value>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<http::Response<Bytes>, TransportError>> + Send,
+{
+    type Payload = serde_json::Value;
+
+    fn execute(
+        &self,
+        request: Request<serde_json::Value>,
+    ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send {
+        (self.0)(request)
+    }
+}
+
+/// A request that got no HTTP response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct TransportError {
+    /// True when the request certainly never reached the server (the
+    /// connection was refused), so even a write may be retried.
+    pub not_sent: bool,
+    /// What happened, for the outcome's message. Never include a secret.
+    pub message: String,
+}
+
+impl TransportError {
+    /// The connection failed before anything was sent.
+    pub fn connect(message: impl Into<String>) -> Self {
+        TransportError {
+            not_sent: true,
+            message: message.into(),
+        }
+    }
+
+    /// Something failed after the request may have been sent.
+    pub fn other(message: impl Into<String>) -> Self {
+        TransportError {
+            not_sent: false,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! GCRA (the virtual-scheduling token bucket): sustained `N/W`, `burst` at once.
+
+use std::num::NonZeroU32;
+
+use super::{Micros, micros};
+use crate::Rate;
+
+/// Generic cell rate algorithm state: one theoretical arrival time.
+///
+/// A start at `t` is allowed when `t >= tat - tau`, and moves `tat` to
+/// `max(tat, t) + T`, where `T = W / N` is the emission interval and
+/// `tau = (burst - 1) * T` the tolerance. A full bucket is any `tat <= now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gcra {
+    /// `W / N`, rounded up so that rounding can only make us slower.
+    interval: Micros,
+    tau: Micros,
+    tat: Micros,
+}
+
+/// What a charge changed, so that an immediate refund restores it exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcraUndo {
+    before: Micros,
+    after: Micros,
+}
+
+impl Gcra {
+    /// A full bucket for `rate` with `burst` starts allowed at once.
+    pub fn new(rate: Rate, burst: NonZeroU32) -> Self {
+        let (interval, tau) = Self::shape(rate, burst);
+        Gcra {
+            interval,
+            tau,
+            tat: 0,
+        }
+    }
+
+    fn shape(rate: Rate, burst: NonZeroU32) -> (Micros, Micros) {
+        let window = micros(rate.window());
+        let count = Micros::from(rate.count().get());
+        let interval = window.div_ceil(count).max(1);
+        let tau = interval.saturating_mul(Micros::from(burst.get() - 1));
+        (interval, tau)
+    }
+
+    /// The earliest start at or after `max(now, not_before)`.
+    pub fn earliest(&self, now: Micros, not_before: Micros) -> Micros {
+        now.max(not_before).max(self.tat.saturating_sub(self.tau))
+    }
+
+    /// Records a start at `at`.
+    pub fn charge(&mut self, at: Micros) -> GcraUndo {
+        let before = self.tat;
+        self.tat = self.tat.max(at).saturating_add(self.interval);
+        GcraUndo {
+            before,
+            after: self.tat,
+        }
+    }
+
+    /// Gives a start back: exactly, when nothing was charged since.
+    pub fn refund(&mut self, undo: GcraUndo) {
+        if self.tat == undo.after {
+            self.tat = undo.before;
+        } else {
+            self.tat = self.tat.saturating_sub(self.interval);
+        }
+    }
+
+    /// Nothing starts before `until`; from there the bucket refills from empty.
+    pub fn restart_empty(&mut self, until: Micros) {
+        self.tat = self.tat.max(until.saturating_add(self.tau));
+    }
+
+    /// Changes the rate and burst, keeping the bucket's fill level in time.
+    pub fn set_rate(&mut self, rate: Rate, burst: NonZeroU32) {
+        let (interval, tau) = Self::shape(rate, burst);
+        self.interval = interval;
+        self.tau = tau;
+    }
+
+    /// True when the bucket is full at `now`.
+    pub fn is_idle(&self, now: Micros) -> bool {
+        self.tat <= now
+    }
+
+    /// Starts the bucket could take at once at `now` (for status).
+    pub fn available(&self, now: Micros) -> u64 {
+        let spare = (now + self.tau).saturating_sub(self.tat.max(now));
+        spare / self.interval + u64::from(self.tat <= now + self.tau)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nz(n: u32) -> NonZeroU32 {
+        NonZeroU32::new(n).unwrap()
+    }
+
+    #[test]
+    fn burst_then_steady_interval() {
+        let mut g = Gcra::new("10/1s".parse().unwrap(), nz(3));
+        let starts: Vec<Micros> = (0..5)
+            .map(|_| {
+                let at = g.earliest(0, 0);
+                g.charge(at);
+                at
+            })
+            .collect();
+        assert_eq!(starts, [0, 0, 0, 100_000, 200_000]);
+    }
+
+    #[test]
+    fn restart_empty_allows_one_at_until_then_paces() {
+        let mut g = Gcra::new("10/1s".parse().unwrap(), nz(5));
+        g.restart_empty(1_000_000);
+        let first = g.earliest(0, 0);
+        g.charge(first);
+        assert_eq!(first, 1_000_000);
+        assert_eq!(g.earliest(0, 0), 1_100_000);
+    }
+
+    #[test]
+    fn immediate_refund_is_exact() {
+        let mut g = Gcra::new("10/1s".parse().unwrap(), nz(2));
+        g.charge(0);
+        let before = g.clone();
+        let undo = g.charge(50_000);
+        g.refund(undo);
+        assert_eq!(g, before);
+    }
+
+    #[test]
+    fn available_counts_the_burst() {
+        let mut g = Gcra::new("10/1s".parse().unwrap(), nz(4));
+        assert_eq!(g.available(0), 4);
+        g.charge(0);
+        assert_eq!(g.available(0), 3);
+        assert_eq!(g.available(100_000), 4);
+    }
+}

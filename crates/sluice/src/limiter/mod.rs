@@ -1,0 +1,21 @@
+//! Limiter cells: pure rate-limit state that decides when the next request may start.
+//!
+//! Time is an argument everywhere (integer microseconds since an origin the
+//! caller chooses), so the same maths runs on tokio's paused clock, in
+//! property tests, and as the model the Redis scripts are checked against.
+
+mod cell;
+mod gcra;
+mod window;
+
+pub use cell::{LimiterCell, NotUntil, Reservation};
+pub use gcra::Gcra;
+pub use window::SlidingWindow;
+
+/// A point in time or a span, in integer microseconds.
+pub type Micros = u64;
+
+/// Converts a duration to microseconds, saturating.
+pub fn micros(duration: std::time::Duration) -> Micros {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,89 @@
+//! Hooks for metrics: the engine reports what happened; a server turns it into Prometheus.
+
+use std::time::Duration;
+
+use crate::outcome::Outcome;
+
+/// Something worth counting happened.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A call got its outcome.
+    Outcome {
+        /// The call's credential (empty for an unknown tool).
+        credential: &'a str,
+        /// The call's tool.
+        tool: &'a str,
+        /// What it was told.
+        outcome: &'a Outcome,
+        /// True when another call in the turn answered it.
+        shared: bool,
+        /// From the call's start to its outcome.
+        elapsed: Duration,
+    },
+    /// An upstream request finished.
+    Request {
+        /// Its credential.
+        credential: &'a str,
+        /// Its tool.
+        tool: &'a str,
+        /// The response status, `None` for a transport error or timeout.
+        status: Option<u16>,
+        /// How long the request took.
+        latency: Duration,
+    },
+    /// A call waited below the model's view.
+    Wait {
+        /// Its credential.
+        credential: &'a str,
+        /// The scope it waited on.
+        scope: &'a str,
+        /// For how long.
+        wait: Duration,
+        /// Why.
+        kind: WaitKind,
+    },
+    /// A call is being retried.
+    Retry {
+        /// Its credential.
+        credential: &'a str,
+        /// Its tool.
+        tool: &'a str,
+        /// The attempt about to be made (1 for the first retry).
+        attempt: u32,
+    },
+    /// A scope's quota was found spent.
+    QuotaExhausted {
+        /// Its credential.
+        credential: &'a str,
+        /// The scope.
+        scope: &'a str,
+        /// Until it resets.
+        resets_in: Duration,
+    },
+}
+
+/// Why a call waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitKind {
+    /// For a start slot from the scope's limiter.
+    Rate,
+    /// For a retry's jittered backoff.
+    Backoff,
+}
+
+impl WaitKind {
+    /// Its label in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitKind::Rate => "rate",
+            WaitKind::Backoff => "backoff",
+        }
+    }
+}
+
+/// Receives the engine's events. Called inline: keep it cheap and non-blocking.
+pub trait Observer: Send + Sync + 'static {
+    /// One event.
+    fn observe(&self, event: &Event<'_>);
+}

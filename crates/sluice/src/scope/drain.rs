@@ -1,0 +1,55 @@
+//! The honest drain estimate a shed call is given: how long the queue ahead needs to clear.
+
+use std::time::Duration;
+
+/// How long until `ahead` queued calls, and then one more, have each had a
+/// permit and a start slot.
+///
+/// Two limits drain the queue and the slower one decides: permits come
+/// back `max_in_flight` at a time, once per `latency`; start slots come one
+/// per `interval` (the rate's spacing), the first after `next_slot`.
+pub fn drain_estimate(
+    ahead: usize,
+    max_in_flight: u32,
+    latency: Duration,
+    interval: Option<Duration>,
+    next_slot: Duration,
+) -> Duration {
+    let calls = u32::try_from(ahead).unwrap_or(u32::MAX).saturating_add(1);
+    let waves = calls.div_ceil(max_in_flight.max(1));
+    let by_concurrency = latency.saturating_mul(waves);
+    let by_rate = interval.map_or(Duration::ZERO, |interval| {
+        next_slot.saturating_add(interval.saturating_mul(calls - 1))
+    });
+    by_concurrency.max(by_rate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_slower_limit_decides() {
+        // 16 queued ahead, 4 in flight, 400 ms each: 5 waves of permits.
+        assert_eq!(
+            drain_estimate(16, 4, 400 * MS, Some(100 * MS), Duration::ZERO),
+            2_000 * MS
+        );
+        // A slow rate dominates: 16 more slots at 500 ms after the next one.
+        assert_eq!(
+            drain_estimate(16, 4, 400 * MS, Some(500 * MS), 300 * MS),
+            8_300 * MS
+        );
+        assert_eq!(
+            drain_estimate(0, 4, 400 * MS, None, Duration::ZERO),
+            400 * MS
+        );
+    }
+
+    #[test]
+    fn never_zero_with_a_latency() {
+        assert!(drain_estimate(0, u32::MAX, MS, None, Duration::ZERO) > Duration::ZERO);
+    }
+}

@@ -1,0 +1,11 @@
+//! Scopes: one bucket per (credential, scope name), with its limiter cell,
+//! concurrency semaphore, bounded admission queue and statistics.
+
+mod drain;
+mod registry;
+mod state;
+
+pub use drain::drain_estimate;
+pub(crate) use registry::Registry;
+pub(crate) use state::Scope;
+pub use state::ScopeStatus;

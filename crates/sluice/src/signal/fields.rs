@@ -1,0 +1,103 @@
+//! Header access for profiles: case-insensitive, repeated headers joined, text only.
+
+use http::HeaderMap;
+
+/// The response's headers as the profiles read them.
+#[derive(Debug, Clone, Copy)]
+pub struct Fields<'a> {
+    headers: &'a HeaderMap,
+}
+
+/// Longest header value a profile will look at; anything longer is noise.
+const MAX_VALUE_LEN: usize = 4_096;
+
+impl<'a> Fields<'a> {
+    /// Wraps a header map (its names are already case-insensitive).
+    pub fn new(headers: &'a HeaderMap) -> Self {
+        Fields { headers }
+    }
+
+    /// The first value of `name` as trimmed text, if it is visible ASCII.
+    pub fn first(&self, name: &str) -> Option<&'a str> {
+        let value = self.headers.get(name)?.to_str().ok()?.trim();
+        (!value.is_empty() && value.len() <= MAX_VALUE_LEN).then_some(value)
+    }
+
+    /// Every value of `name` joined with `", "`, as RFC 9110 §5.3 combines
+    /// repeated fields; `None` when absent or not text.
+    pub fn joined(&self, name: &str) -> Option<String> {
+        let mut out = String::new();
+        for value in self.headers.get_all(name) {
+            let text = value.to_str().ok()?.trim();
+            if text.is_empty() {
+                continue;
+            }
+            if !out.is_empty() {
+                out.push_str(", ");
+            }
+            out.push_str(text);
+            if out.len() > MAX_VALUE_LEN {
+                return None;
+            }
+        }
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// A non-negative integer header value (the first one).
+    pub fn integer(&self, name: &str) -> Option<u64> {
+        parse_integer(self.first(name)?)
+    }
+
+    /// Header names present, for profiles that match by prefix.
+    pub fn names(&self) -> impl Iterator<Item = &'a str> {
+        self.headers.keys().map(|name| name.as_str())
+    }
+}
+
+/// A non-negative decimal integer of at most 19 digits; anything else is ignored.
+pub(crate) fn parse_integer(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let text = text.strip_prefix('+').unwrap_or(text);
+    if text.is_empty() || text.len() > 19 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Builds a header map from name/value pairs (tests of every profile use it).
+#[cfg(test)]
+pub(crate) fn header_map(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        let name = http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+        map.append(name, value.parse().unwrap());
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_are_plain_and_bounded() {
+        assert_eq!(parse_integer(" 42 "), Some(42));
+        assert_eq!(parse_integer("-1"), None);
+        assert_eq!(parse_integer("1.5"), None);
+        assert_eq!(
+            parse_integer("1234567890123456789012345678901234567890"),
+            None
+        );
+        assert_eq!(parse_integer(""), None);
+    }
+
+    #[test]
+    fn repeated_headers_are_joined() {
+        let mut headers = HeaderMap::new();
+        headers.append("ratelimit", "\"a\";r=1".parse().unwrap());
+        headers.append("RateLimit", "\"b\";r=0".parse().unwrap());
+        let fields = Fields::new(&headers);
+        assert_eq!(fields.joined("ratelimit").unwrap(), "\"a\";r=1, \"b\";r=0");
+        assert_eq!(fields.first("RATELIMIT"), Some("\"a\";r=1"));
+    }
+}
