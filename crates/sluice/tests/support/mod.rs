@@ -13,6 +13,8 @@ use sluice::{
 };
 use tokio::time::Instant;
 
+pub mod http_executor;
+
 /// One request the simulated server received.
 #[derive(Debug, Clone)]
 pub struct Record {
