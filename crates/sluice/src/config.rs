@@ -51,6 +51,10 @@ pub struct Defaults {
     pub retry_window: Duration,
     /// The latency assumed before any is measured (Little's law, drain estimates).
     pub expected_latency: Duration,
+    /// Extra spacing added to every rate window (at most a tenth of it), so
+    /// that jitter in transit cannot make requests started a window apart
+    /// arrive closer together than the server allows.
+    pub window_margin: Duration,
     /// Scopes idle this long are forgotten (they are recreated fresh on use).
     pub scope_idle: Duration,
     /// At most this many upstream requests per turn (`None`: no budget).
@@ -73,6 +77,9 @@ impl Default for Defaults {
             retry_floor: 10,
             retry_window: Duration::from_secs(10),
             expected_latency: Duration::from_millis(500),
+            // Loopback shows ~2 ms between a fresh and a reused connection;
+            // real networks more. 10 ms costs 1% of a one-second window.
+            window_margin: Duration::from_millis(10),
             scope_idle: Duration::from_secs(600),
             turn_budget: None,
         }
@@ -264,7 +271,10 @@ impl Defaults {
 /// A credential's limits with every default filled in.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Limits {
+    /// The rate as configured (and shown).
     pub(crate) rate: Option<Rate>,
+    /// The rate the cells enforce: the configured window plus the margin.
+    pub(crate) enforced: Option<Rate>,
     pub(crate) burst: Option<NonZeroU32>,
     pub(crate) max_in_flight: u32,
     pub(crate) queue: u32,
@@ -312,12 +322,21 @@ impl CredentialConfig {
         let queue = self.queue.unwrap_or(max_in_flight.saturating_mul(4));
         Ok(Limits {
             rate: self.rate,
+            enforced: self
+                .rate
+                .map(|rate| with_margin(rate, defaults.window_margin)),
             burst,
             max_in_flight,
             queue,
             expected_latency,
         })
     }
+}
+
+/// `rate` with its window widened by `margin`, at most a tenth of the window.
+pub(crate) fn with_margin(rate: Rate, margin: Duration) -> Rate {
+    let widened = rate.window() + margin.min(rate.window() / 10);
+    Rate::new(rate.count(), widened).unwrap_or(rate)
 }
 
 /// Little's law: concurrency = arrival rate x time in system, at least 1.

@@ -109,44 +109,37 @@ async fn retry_after_beyond_the_deadline_defers_without_sending() {
 }
 
 /// Two processes, each with its own local bucket at the key's rate, spend
-/// twice the key: what a local bucket cannot prevent (the Redis backend can).
+/// twice the key: what a local bucket cannot prevent (the Redis backend
+/// can). The fake allows far more here, so it records what the clients
+/// offered rather than what it would have accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_local_buckets_spend_twice_the_key() {
-    const R: u32 = 5;
-    let server = fake(Limits::new(R, Duration::from_secs(1)), RetryAfter::Auto).await;
-    let defaults = Defaults {
-        max_attempts: 1,
-        ..Defaults::default()
-    };
-    let one = gate(&server, "5/1s", defaults.clone());
-    let two = gate(&server, "5/1s", defaults);
+    const R: usize = 5;
+    let server = fake(Limits::new(1_000, Duration::from_secs(1)), RetryAfter::Auto).await;
+    let one = gate(&server, "5/1s", Defaults::default());
+    let two = gate(&server, "5/1s", Defaults::default());
     let drive = |gate: Gate<HttpExecutor>, name: &'static str| async move {
-        let calls = (0..10).map(|i| search(&format!("{name}{i}")));
+        // 15 calls: 5 now, 5 a window later, 5 two windows later (inline waits).
+        let calls = (0..15).map(|i| search(&format!("{name}{i}")));
         gate.turn().run(calls).await
     };
     let (a, b) = tokio::join!(drive(one, "a"), drive(two, "b"));
-    assert_eq!(a.len() + b.len(), 20);
+    assert!(a.iter().chain(&b).all(Outcome::is_ok), "{a:?} {b:?}");
 
-    let records = server.api().requests();
-    let starts: Vec<f64> = records.iter().map(|r| r.t_ms).collect();
-    let mut sorted = starts.clone();
-    sorted.sort_by(f64::total_cmp);
-    let busiest = sorted
+    let mut starts: Vec<f64> = server.api().requests().iter().map(|r| r.t_ms).collect();
+    starts.sort_by(f64::total_cmp);
+    assert_eq!(starts.len(), 30);
+    let busiest = starts
         .iter()
         .map(|t| {
-            sorted
+            starts
                 .iter()
                 .filter(|u| **u >= *t && **u < t + 1_000.0)
                 .count()
         })
         .max()
         .unwrap();
-    assert!(
-        busiest >= 2 * R as usize,
-        "each gate kept its own rate, together about 2R: {starts:?}"
-    );
-    assert!(
-        server.api().stats().throttled >= R as usize,
-        "and the key's limit threw the excess back"
-    );
+    // Each gate keeps its own promise (at most R per window), so together
+    // they start 2R in one window: twice what the key allows.
+    assert_eq!(busiest, 2 * R, "{starts:?}");
 }

@@ -23,8 +23,13 @@ fn random_reply(rng: &mut StdRng, id: u64) -> Reply {
     let latency = rng.random_range(1..800);
     let body = format!("{{\"id\":{id}}}");
     match rng.random_range(0..100) {
-        0..=69 => Reply { body, ..Reply::ok(latency) },
-        70..=77 => Reply::status(429).header("retry-after", format!("{:.1}", rng.random_range(0.0..3.0))),
+        0..=69 => Reply {
+            body,
+            ..Reply::ok(latency)
+        },
+        70..=77 => {
+            Reply::status(429).header("retry-after", format!("{:.1}", rng.random_range(0.0..3.0)))
+        }
         78..=81 => Reply::status(429),
         82..=85 => Reply::status(503).latency_ms(latency),
         86..=88 => Reply::status(500).latency_ms(latency),
@@ -37,13 +42,19 @@ fn random_reply(rng: &mut StdRng, id: u64) -> Reply {
             transport: Some(TransportError::other("connection reset")),
             ..Reply::ok(latency)
         },
-        95..=96 => Reply { body, ..Reply::ok(latency) }
-            .header("ratelimit-remaining", "0")
-            .header("ratelimit-reset", "1"),
+        95..=96 => Reply {
+            body,
+            ..Reply::ok(latency)
+        }
+        .header("ratelimit-remaining", "0")
+        .header("ratelimit-reset", "1"),
         // Garbage and absurd headers must change nothing dangerous.
-        _ => Reply { body, ..Reply::ok(latency) }
-            .header("retry-after", "-7")
-            .header("ratelimit-reset", "99999999999999999999999999"),
+        _ => Reply {
+            body,
+            ..Reply::ok(latency)
+        }
+        .header("retry-after", "-7")
+        .header("ratelimit-reset", "99999999999999999999999999"),
     }
 }
 
@@ -72,8 +83,16 @@ async fn run_seed(seed: u64) {
                 .map(|i| {
                     let id = turn_index * 1_000 + i;
                     // Some calls repeat an earlier read's arguments to exercise coalescing.
-                    let args = if rng.random_bool(0.1) { json!({"id": turn_index * 1_000}) } else { json!({"id": id}) };
-                    let tool = if rng.random_bool(0.7) { "read" } else { "write" };
+                    let args = if rng.random_bool(0.1) {
+                        json!({"id": turn_index * 1_000})
+                    } else {
+                        json!({"id": id})
+                    };
+                    let tool = if rng.random_bool(0.7) {
+                        "read"
+                    } else {
+                        "write"
+                    };
                     let deadline = Duration::from_millis(rng.random_range(1..6_000));
                     (Call::new(tool, args).deadline(deadline), deadline)
                 })
@@ -103,12 +122,17 @@ async fn run_seed(seed: u64) {
         for (args, outcome, elapsed, deadline) in turn.await.unwrap() {
             seen += 1;
             let key = match &outcome {
-                Outcome::RateLimited { reason, scope, .. } => format!("rate_limited/{}/{scope}", reason.as_str()),
+                Outcome::RateLimited { reason, scope, .. } => {
+                    format!("rate_limited/{}/{scope}", reason.as_str())
+                }
                 other => other.status().to_owned(),
             };
             *by_status.entry(key).or_default() += 1;
             // No outcome later than its deadline (the paused clock has no slack to hide in).
-            assert!(elapsed <= deadline, "seed {seed}: {outcome:?} after {elapsed:?} > {deadline:?}");
+            assert!(
+                elapsed <= deadline,
+                "seed {seed}: {outcome:?} after {elapsed:?} > {deadline:?}"
+            );
             // Each answer belongs to its own call: bodies echo the call's id.
             if let Outcome::Ok { body, .. } = &outcome {
                 assert_eq!(body["id"], args["id"], "seed {seed}");
@@ -117,13 +141,34 @@ async fn run_seed(seed: u64) {
     }
     assert_eq!(seen, expected, "seed {seed}: one outcome per call");
     let starts = sim.starts_ms();
-    assert!(starts.len() >= expected / 4, "seed {seed}: traffic flowed ({}): {by_status:?}", starts.len());
-    assert!(by_status.get("ok").copied().unwrap_or(0) >= expected / 5, "seed {seed}: {by_status:?}");
-    assert!(max_in_window(&starts, 1_000.0) <= 20, "seed {seed}: rate promise broken");
-    assert!(sim.peak_in_flight() <= MAX_IN_FLIGHT as usize, "seed {seed}: concurrency");
-    assert_eq!(gate.in_flight("key"), 0, "seed {seed}: no permit left behind");
+    assert!(
+        starts.len() >= expected / 4,
+        "seed {seed}: traffic flowed ({}): {by_status:?}",
+        starts.len()
+    );
+    assert!(
+        by_status.get("ok").copied().unwrap_or(0) >= expected / 5,
+        "seed {seed}: {by_status:?}"
+    );
+    assert!(
+        max_in_window(&starts, 1_000.0) <= 20,
+        "seed {seed}: rate promise broken"
+    );
+    assert!(
+        sim.peak_in_flight() <= MAX_IN_FLIGHT as usize,
+        "seed {seed}: concurrency"
+    );
+    assert_eq!(
+        gate.in_flight("key"),
+        0,
+        "seed {seed}: no permit left behind"
+    );
     for status in gate.status() {
-        assert_eq!((status.in_flight, status.queued), (0, 0), "seed {seed}: {status:?}");
+        assert_eq!(
+            (status.in_flight, status.queued),
+            (0, 0),
+            "seed {seed}: {status:?}"
+        );
     }
 }
 

@@ -23,6 +23,8 @@ const LATENCY_ALPHA: f64 = 0.2;
 struct State {
     cell: LimiterCell,
     rate: Option<Rate>,
+    /// The rate the cell enforces (the configured one plus the window margin).
+    enforced: Option<Rate>,
     burst: Option<NonZeroU32>,
     /// The scope's quota is spent until this instant (0: not exhausted).
     quota_until: Micros,
@@ -107,7 +109,7 @@ impl Scope {
         limits: &Limits,
         now: Micros,
     ) -> Self {
-        let cell = match limits.rate {
+        let cell = match limits.enforced {
             Some(rate) => LimiterCell::new(rate, limits.burst),
             None => LimiterCell::unlimited(),
         };
@@ -129,6 +131,7 @@ impl Scope {
     ) -> Self {
         let limits = Limits {
             rate: None,
+            enforced: None,
             burst: None,
             ..limits.clone()
         };
@@ -156,6 +159,7 @@ impl Scope {
             state: Mutex::new(State {
                 cell,
                 rate: limits.rate,
+                enforced: limits.enforced,
                 burst: limits.burst,
                 quota_until: 0,
                 latency: limits.expected_latency,
@@ -223,7 +227,7 @@ impl Scope {
         };
         let mut state = self.state();
         let next_slot = Duration::from_micros(state.cell.earliest(now) - now);
-        let interval = state.rate.map(|rate| rate.interval());
+        let interval = state.enforced.map(|rate| rate.interval());
         drain_estimate(
             ahead,
             admission.max_in_flight,
