@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod demo;
 mod fake_api;
 
 /// Backpressure for AI agents' parallel tool calls.
@@ -16,6 +17,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Replay the shared-key incident: a naive harness, then sluice, side by side.
+    Demo(demo::Args),
     /// Serve a throttling fake API that records every request.
     FakeApi(fake_api::Args),
 }
@@ -37,6 +40,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .build()?;
     runtime.block_on(async move {
         match cli.command {
+            Command::Demo(args) => demo::run(args).await,
             Command::FakeApi(args) => fake_api::run(args).await,
         }
     })

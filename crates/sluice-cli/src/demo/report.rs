@@ -1,0 +1,303 @@
+//! What a run showed: counts from the API's records and the model's log, as a table or JSON.
+
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use sluice_fake::{FakeApi, Record};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::model::View;
+use super::scenario::{Harness, Run};
+
+/// The paths agent calls use; everything else on the key is the sync job.
+const AGENT_PREFIX: &str = "/api/";
+
+/// One run's figures. Request counts come from the API's records (the
+/// witness); call counts from what the model was told.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Summary {
+    pub(crate) harness: &'static str,
+    pub(crate) upstream_requests: usize,
+    pub(crate) upstream_throttled: usize,
+    pub(crate) victim_requests: usize,
+    pub(crate) victim_failures: usize,
+    pub(crate) agent_calls: usize,
+    pub(crate) agent_ok: usize,
+    pub(crate) agent_rate_limited: usize,
+    pub(crate) agent_timed_out: usize,
+    pub(crate) agent_failed: usize,
+    pub(crate) agent_quota_exhausted: usize,
+    /// Upstream agent requests per logical call.
+    pub(crate) amplification: f64,
+    pub(crate) p50_ms: u64,
+    pub(crate) p95_ms: u64,
+    /// The most agent requests the API was serving at once.
+    pub(crate) max_in_flight: usize,
+}
+
+/// `--json`'s shape.
+#[derive(Debug, Serialize)]
+pub(crate) struct Json<'a> {
+    pub(crate) seconds: u64,
+    pub(crate) runs: &'a [Summary],
+}
+
+pub(crate) fn is_agent(record: &Record) -> bool {
+    record.path.starts_with(AGENT_PREFIX)
+}
+
+pub(crate) fn summarize(run: &Run) -> Summary {
+    let (agent, victim): (Vec<&Record>, Vec<&Record>) =
+        run.records.iter().partition(|r| is_agent(r));
+    let throttled = |records: &[&Record]| records.iter().filter(|r| r.status == 429).count();
+    let views = |f: fn(&View) -> bool| run.calls.iter().filter(|c| f(&c.view)).count();
+    let mut latencies: Vec<Duration> = run.calls.iter().map(|c| c.elapsed).collect();
+    latencies.sort_unstable();
+    let calls = run.calls.len();
+    Summary {
+        harness: run.harness.name(),
+        upstream_requests: agent.len(),
+        upstream_throttled: throttled(&agent),
+        victim_requests: victim.len(),
+        victim_failures: victim.iter().filter(|r| r.status != 200).count(),
+        agent_calls: calls,
+        agent_ok: views(|v| *v == View::Ok),
+        agent_rate_limited: views(|v| matches!(v, View::RateLimited(_))),
+        agent_timed_out: views(|v| *v == View::TimedOut),
+        agent_failed: views(|v| *v == View::Failed),
+        agent_quota_exhausted: views(|v| *v == View::QuotaExhausted),
+        amplification: if calls == 0 {
+            0.0
+        } else {
+            agent.len() as f64 / calls as f64
+        },
+        p50_ms: percentile_ms(&latencies, 50),
+        p95_ms: percentile_ms(&latencies, 95),
+        max_in_flight: peak_overlap(
+            agent
+                .iter()
+                .filter(|r| r.status == 200)
+                .map(|r| (r.t_ms, r.end_ms)),
+        ),
+    }
+}
+
+/// Nearest-rank percentile of sorted durations, in whole milliseconds.
+fn percentile_ms(sorted: &[Duration], p: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).clamp(1, sorted.len());
+    u64::try_from(sorted[rank - 1].as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The most intervals `[start, end)` open at once.
+fn peak_overlap(intervals: impl Iterator<Item = (f64, f64)>) -> usize {
+    let mut edges: Vec<(f64, i32)> = intervals
+        .flat_map(|(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    // Ends sort before starts at the same instant: back-to-back is not overlap.
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut open, mut peak) = (0i32, 0i32);
+    for (_, delta) in edges {
+        open += delta;
+        peak = peak.max(open);
+    }
+    usize::try_from(peak).unwrap_or(0)
+}
+
+/// The side-by-side table and a verdict.
+pub(crate) fn table(runs: &[Summary], seconds: u64) -> String {
+    type Row = (&'static str, fn(&Summary) -> String);
+    let rows: [Row; 15] = [
+        ("upstream requests (agent)", |s| {
+            s.upstream_requests.to_string()
+        }),
+        ("upstream 429s (agent)", |s| {
+            s.upstream_throttled.to_string()
+        }),
+        ("victim requests (sync job)", |s| {
+            s.victim_requests.to_string()
+        }),
+        ("victim failures (sync job)", |s| {
+            s.victim_failures.to_string()
+        }),
+        ("logical agent calls", |s| s.agent_calls.to_string()),
+        ("  answered ok", |s| s.agent_ok.to_string()),
+        ("  rate_limited shown to model", |s| {
+            s.agent_rate_limited.to_string()
+        }),
+        ("  timed out", |s| s.agent_timed_out.to_string()),
+        ("  failed (\"tool failed\")", |s| s.agent_failed.to_string()),
+        ("  quota exhausted", |s| s.agent_quota_exhausted.to_string()),
+        ("amplification (requests/call)", |s| {
+            format!("{:.2}", s.amplification)
+        }),
+        ("p50 call latency", |s| format!("{} ms", s.p50_ms)),
+        ("p95 call latency", |s| format!("{} ms", s.p95_ms)),
+        ("peak agent requests in flight", |s| {
+            s.max_in_flight.to_string()
+        }),
+        ("", |_| String::new()),
+    ];
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nA key rated 10 requests per rolling second, shared with a sync job at 4/s; {seconds} s per harness.\n"
+    );
+    let _ = write!(out, "{:<32}", "");
+    for run in runs {
+        let _ = write!(out, "{:>12}", run.harness);
+    }
+    out.push('\n');
+    for (label, value) in rows.iter().filter(|(label, _)| !label.is_empty()) {
+        let _ = write!(out, "{label:<32}");
+        for run in runs {
+            let _ = write!(out, "{:>12}", value(run));
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "\n{}", verdict(runs));
+    out
+}
+
+fn verdict(runs: &[Summary]) -> String {
+    let [naive, sluice] = runs else {
+        return String::new();
+    };
+    let mut verdict = format!(
+        "Verdict: the naive harness cost the production sync job {} failed requests and sent {:.2} upstream requests \
+         per call ({} throttled); sluice cost it {} and sent {:.2} per call ({} throttled).",
+        naive.victim_failures,
+        naive.amplification,
+        naive.upstream_throttled,
+        sluice.victim_failures,
+        sluice.amplification,
+        sluice.upstream_throttled,
+    );
+    if naive.agent_failed + sluice.agent_rate_limited > 0 {
+        let _ = write!(
+            verdict,
+            " The model heard \"tool failed\" {} times from the naive harness (and split each into more calls), \
+             and \"not yet, retry in N ms\" {} times from sluice.",
+            naive.agent_failed, sluice.agent_rate_limited
+        );
+    }
+    verdict
+}
+
+/// The live progress line, on stderr: rewritten in place on a terminal,
+/// a plain line per second otherwise; silent under `--json`.
+pub(crate) struct Progress {
+    enabled: bool,
+    terminal: bool,
+}
+
+/// A run's progress printer; [`Ticker::finish`] prints its last line.
+pub(crate) struct Ticker {
+    task: Option<JoinHandle<()>>,
+    line: Arc<dyn Fn() -> String + Send + Sync>,
+    terminal: bool,
+}
+
+impl Progress {
+    pub(crate) fn new(enabled: bool) -> Self {
+        Progress {
+            enabled,
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    pub(crate) fn start(
+        &self,
+        harness: Harness,
+        api: FakeApi,
+        start: Instant,
+        duration: Duration,
+    ) -> Ticker {
+        let line = move || {
+            let records = api.requests();
+            let (agent, victim): (Vec<&Record>, Vec<&Record>) =
+                records.iter().partition(|r| is_agent(r));
+            format!(
+                "{:<7} {:>5.1}s/{}s  agent requests {:>4}  429s {:>4}  sync job failures {:>3}",
+                harness.name(),
+                start.elapsed().as_secs_f64(),
+                duration.as_secs(),
+                agent.len(),
+                agent.iter().filter(|r| r.status == 429).count(),
+                victim.iter().filter(|r| r.status != 200).count(),
+            )
+        };
+        let line: Arc<dyn Fn() -> String + Send + Sync> = Arc::new(line);
+        let task = self.enabled.then(|| {
+            let line = line.clone();
+            let terminal = self.terminal;
+            tokio::spawn(async move {
+                let every = if terminal {
+                    Duration::from_millis(200)
+                } else {
+                    Duration::from_secs(1)
+                };
+                let mut ticks = tokio::time::interval(every);
+                loop {
+                    ticks.tick().await;
+                    let text = line();
+                    let mut err = std::io::stderr().lock();
+                    let _ = if terminal {
+                        write!(err, "\r{text}")
+                    } else {
+                        writeln!(err, "{text}")
+                    };
+                    let _ = err.flush();
+                }
+            })
+        });
+        Ticker {
+            task,
+            line,
+            terminal: self.terminal,
+        }
+    }
+}
+
+impl Ticker {
+    pub(crate) fn finish(self) {
+        if let Some(task) = self.task {
+            task.abort();
+            let text = (self.line)();
+            let mut err = std::io::stderr().lock();
+            let _ = if self.terminal {
+                writeln!(err, "\r{text}  done")
+            } else {
+                writeln!(err, "{text}  done")
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let sorted: Vec<Duration> = (1..=20).map(Duration::from_millis).collect();
+        assert_eq!(percentile_ms(&sorted, 50), 10);
+        assert_eq!(percentile_ms(&sorted, 95), 19);
+        assert_eq!(percentile_ms(&[], 95), 0);
+    }
+
+    #[test]
+    fn back_to_back_is_not_overlap() {
+        assert_eq!(peak_overlap([(0.0, 10.0), (10.0, 20.0)].into_iter()), 1);
+        assert_eq!(
+            peak_overlap([(0.0, 10.0), (5.0, 20.0), (6.0, 7.0)].into_iter()),
+            3
+        );
+    }
+}
