@@ -59,12 +59,13 @@ impl Gcra {
         }
     }
 
-    /// Gives a start back: exactly, when nothing was charged since.
+    /// Gives a start back, exactly, when nothing was charged since. A slot
+    /// with later ones scheduled after it cannot be given back: moving the
+    /// arrival time back would land the next start on top of a scheduled
+    /// one, so that slot is forgone instead.
     pub fn refund(&mut self, undo: GcraUndo) {
         if self.tat == undo.after {
             self.tat = undo.before;
-        } else {
-            self.tat = self.tat.saturating_sub(self.interval);
         }
     }
 
@@ -131,6 +132,16 @@ mod tests {
         let undo = g.charge(50_000);
         g.refund(undo);
         assert_eq!(g, before);
+    }
+
+    #[test]
+    fn an_out_of_order_refund_is_forgone() {
+        let mut g = Gcra::new("10/1s".parse().unwrap(), nz(1));
+        let first = g.charge(0);
+        g.charge(100_000);
+        g.refund(first);
+        // Refunding the first must not let a third start at 100 ms.
+        assert_eq!(g.earliest(0, 0), 200_000);
     }
 
     #[test]
