@@ -99,6 +99,8 @@ pub struct CredentialConfig {
     pub queue: Option<u32>,
     /// Latency expected before any is measured; default [`Defaults::expected_latency`].
     pub expected_latency: Option<Duration>,
+    /// Spend a budget shared with other processes (see [`crate::shared`]).
+    pub shared: bool,
 }
 
 impl CredentialConfig {
@@ -125,6 +127,12 @@ impl CredentialConfig {
     /// Sets the admission queue's bound.
     pub fn queue(mut self, queue: u32) -> Self {
         self.queue = Some(queue);
+        self
+    }
+
+    /// Shares the credential's budget with other processes.
+    pub fn shared(mut self, shared: bool) -> Self {
+        self.shared = shared;
         self
     }
 
@@ -279,6 +287,7 @@ pub(crate) struct Limits {
     pub(crate) max_in_flight: u32,
     pub(crate) queue: u32,
     pub(crate) expected_latency: Duration,
+    pub(crate) shared: bool,
 }
 
 /// Concurrency for a credential with no rate and no explicit cap.
@@ -329,6 +338,7 @@ impl CredentialConfig {
             max_in_flight,
             queue,
             expected_latency,
+            shared: self.shared,
         })
     }
 }

@@ -16,6 +16,7 @@ use crate::observe::{Event, Observer};
 use crate::outcome::Outcome;
 use crate::retry::RetryBudget;
 use crate::scope::{Registry, Scope, ScopeStatus};
+use crate::shared::SharedBudget;
 use crate::signal::DEFAULT_SCOPE;
 use crate::turn::Turn;
 
@@ -47,9 +48,14 @@ use crate::turn::Turn;
 /// assert!(outcomes.iter().all(|o| o.is_ok()));
 /// # });
 /// ```
-#[derive(Debug)]
 pub struct Gate<E> {
     pub(crate) inner: Arc<Inner<E>>,
+}
+
+impl<E> std::fmt::Debug for Gate<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
 }
 
 impl<E> Clone for Gate<E> {
@@ -69,6 +75,7 @@ pub(crate) struct Inner<E> {
     pub(crate) rng: Mutex<Box<dyn RngCore + Send>>,
     pub(crate) origin: Instant,
     pub(crate) observer: Option<Arc<dyn Observer>>,
+    pub(crate) shared: Option<Arc<dyn SharedBudget>>,
 }
 
 impl<E> std::fmt::Debug for Inner<E> {
@@ -103,6 +110,7 @@ pub struct GateBuilder<E> {
     executor: E,
     rng: Option<Box<dyn RngCore + Send>>,
     observer: Option<Arc<dyn Observer>>,
+    shared: Option<Arc<dyn SharedBudget>>,
 }
 
 impl<E: Executor> Gate<E> {
@@ -113,6 +121,7 @@ impl<E: Executor> Gate<E> {
             executor,
             rng: None,
             observer: None,
+            shared: None,
         }
     }
 
@@ -179,6 +188,13 @@ impl<E: Executor> GateBuilder<E> {
         self
     }
 
+    /// Spends credentials marked `shared` through `budget`, shared with
+    /// other processes (the Redis backend, or [`crate::shared::InMemoryBudget`]).
+    pub fn shared(mut self, budget: Arc<dyn SharedBudget>) -> Self {
+        self.shared = Some(budget);
+        self
+    }
+
     /// Validates the configuration and builds the gate. Must run inside a
     /// tokio runtime (the gate reads tokio's clock).
     pub fn build(self) -> Result<Gate<E>, ConfigError> {
@@ -188,6 +204,12 @@ impl<E: Executor> GateBuilder<E> {
         let mut credentials = HashMap::new();
         for (name, credential) in &config.credentials {
             let limits = credential.resolve(name, &defaults)?;
+            if limits.shared && self.shared.is_none() {
+                return Err(ConfigError::new(
+                    format!("credentials.{name}.shared"),
+                    "a shared credential needs a shared backend (GateBuilder::shared)",
+                ));
+            }
             let name: Arc<str> = Arc::from(name.as_str());
             credentials.insert(
                 name.clone(),
@@ -227,6 +249,7 @@ impl<E: Executor> GateBuilder<E> {
                 rng: Mutex::new(rng),
                 origin: Instant::now(),
                 observer: self.observer,
+                shared: self.shared,
             }),
         })
     }

@@ -66,6 +66,7 @@ mod pipeline;
 mod rate;
 mod retry;
 pub mod scope;
+pub mod shared;
 pub mod signal;
 mod turn;
 

@@ -15,6 +15,7 @@ use crate::observe::{Event, WaitKind};
 use crate::outcome::{Outcome, Reason, body_value};
 use crate::retry::{Failure, full_jitter};
 use crate::scope::Scope;
+use crate::shared::{Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit};
 use crate::signal::{self, Signal};
 use crate::turn::TurnShared;
 
@@ -169,14 +170,10 @@ impl<E: Executor> Inner<E> {
                 return Outcome::rate_limited(&primary.name, Reason::TurnBudget, wait, None).into();
             }
             // Step 5: a start slot, waiting inline if it is short and fits.
-            let reservations = match self.reserve(&primary, &scopes, job).await {
-                Ok(reservations) => reservations,
-                Err(outcome) => {
-                    turn.refund_request();
-                    return outcome.into();
-                }
-            };
-            drop(reservations);
+            if let Err(outcome) = self.reserve(&primary, &scopes, job).await {
+                turn.refund_request();
+                return outcome.into();
+            }
 
             // Step 6: send with the remaining deadline.
             let sent_at = Instant::now();
@@ -309,14 +306,15 @@ impl<E: Executor> Inner<E> {
         None
     }
 
-    /// Step 5: reserves one start slot on every scope, at one common start,
-    /// and sleeps until it when the wait is inline and fits the deadline.
+    /// Step 5: reserves one start slot on every scope, at one common start
+    /// (and from the shared budget, for a shared credential), and sleeps
+    /// until it when the wait is inline and fits the deadline.
     async fn reserve(
         &self,
         primary: &Scope,
         scopes: &[Arc<Scope>],
         job: &Job<'_, E::Payload>,
-    ) -> Result<Held, Outcome> {
+    ) -> Result<(), Outcome> {
         for _ in 0..MAX_REVOKED {
             let now = self.now();
             if let Some(outcome) = self.quota_spent(scopes, now) {
@@ -329,20 +327,42 @@ impl<E: Executor> Inner<E> {
             // Never start a wait the deadline cannot pay for: the start must
             // come strictly before the deadline.
             let max_wait = micros(self.defaults.inline_wait).min(remaining - 1);
-            let reservations = match reserve_all(scopes, now, max_wait) {
-                Ok(reservations) => reservations,
-                Err((scope, NotUntil(at))) => {
-                    let wait = Duration::from_micros(at.saturating_sub(now));
-                    tracing::debug!(scope = %scope.name, wait_ms = wait.as_millis() as u64, "no start slot within the inline wait; deferring");
-                    return Err(Outcome::rate_limited(
-                        &scope.name,
-                        Reason::Throttled,
-                        wait,
-                        None,
-                    ));
+            let latest = now + max_wait;
+            let mut local = reserve_all(scopes, now, now, max_wait).map_err(|(scope, NotUntil(at))| {
+                let wait = Duration::from_micros(at.saturating_sub(now));
+                tracing::debug!(scope = %scope.name, wait_ms = wait.as_millis() as u64, "no start slot within the inline wait; deferring");
+                Outcome::rate_limited(&scope.name, Reason::Throttled, wait, None)
+            })?;
+            let mut start = local.first().map_or(now, |(_, r)| r.start());
+            let grant = match self.shared_for(job.credential) {
+                None => None,
+                Some(budget) => {
+                    let (at, grant) = self
+                        .reserve_shared(budget, scopes, job, &local, start, latest)
+                        .await?;
+                    if at > start {
+                        // The shared budget starts later: move the local slots there.
+                        refund_all(&local);
+                        let now = self.now();
+                        local = match reserve_all(scopes, now, at, latest.saturating_sub(now)) {
+                            Ok(local) => local,
+                            Err((scope, NotUntil(at))) => {
+                                budget.refund(&job.credential.name, grant);
+                                let wait = Duration::from_micros(at.saturating_sub(now));
+                                return Err(Outcome::rate_limited(
+                                    &scope.name,
+                                    Reason::Throttled,
+                                    wait,
+                                    None,
+                                ));
+                            }
+                        };
+                        start = local.first().map_or(at, |(_, r)| r.start());
+                    }
+                    Some((budget, grant))
                 }
             };
-            let start = reservations.first().map_or(now, |(_, r)| r.start());
+            let now = self.now();
             if start > now {
                 let wait = Duration::from_micros(start - now);
                 self.observe(Event::Wait {
@@ -357,13 +377,14 @@ impl<E: Executor> Inner<E> {
                 );
                 tokio::time::sleep_until(self.instant(start)).await;
             }
-            if reservations.iter().all(|(scope, r)| scope.is_current(r)) {
-                return Ok(reservations);
+            if local.iter().all(|(scope, r)| scope.is_current(r)) {
+                return Ok(());
             }
             // A penalty arrived while we waited: give back what still holds
             // and ask again (the penalty may now defer the call).
-            for (scope, reservation) in &reservations {
-                scope.refund(reservation);
+            refund_all(&local);
+            if let Some((budget, grant)) = grant {
+                budget.refund(&job.credential.name, grant);
             }
         }
         let wait = self.next_slot(primary);
@@ -373,6 +394,60 @@ impl<E: Executor> Inner<E> {
             wait,
             None,
         ))
+    }
+
+    fn shared_for(&self, credential: &Credential) -> Option<&Arc<dyn SharedBudget>> {
+        self.shared.as_ref().filter(|_| credential.limits.shared)
+    }
+
+    /// Asks the shared budget for a start no earlier than `start` and no
+    /// later than `latest`. A denial gives the local slots back, mirrors
+    /// what it says onto the local scope, and defers the call.
+    async fn reserve_shared(
+        &self,
+        budget: &Arc<dyn SharedBudget>,
+        scopes: &[Arc<Scope>],
+        job: &Job<'_, E::Payload>,
+        local: &Held,
+        start: Micros,
+        latest: Micros,
+    ) -> Result<(Micros, Grant), Outcome> {
+        let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
+        let limits = &job.credential.limits;
+        let now = self.now();
+        let request = ReserveRequest {
+            credential: &job.credential.name,
+            scopes: &names,
+            limit: limits.enforced.map(|rate| SharedLimit {
+                rate,
+                burst: limits.burst,
+            }),
+            not_before: Duration::from_micros(start.saturating_sub(now)),
+            max_wait: Duration::from_micros(latest.saturating_sub(now)),
+        };
+        let decision = budget.reserve(request).await;
+        let now = self.now();
+        match decision {
+            Decision::Granted { wait, grant } => Ok((now + micros(wait), grant)),
+            Decision::Denied { wait, scope, hold } => {
+                refund_all(local);
+                tracing::debug!(%scope, wait_ms = wait.as_millis() as u64, ?hold, "the shared budget deferred the call");
+                // Mirror what the other processes learned onto this one's scope.
+                let held = scopes.iter().find(|s| *s.name == *scope);
+                Err(match (hold, held) {
+                    (Hold::Quota, Some(held)) => {
+                        self.note_exhausted(job.credential, held, wait, now);
+                        Outcome::quota_exhausted(&held.name, wait)
+                    }
+                    (Hold::Quota, None) => Outcome::quota_exhausted(&scope, wait),
+                    (Hold::Blocked, Some(held)) => {
+                        held.block(now + micros(wait), now);
+                        Outcome::rate_limited(&held.name, Reason::Throttled, wait, None)
+                    }
+                    _ => Outcome::rate_limited(&scope, Reason::Throttled, wait, None),
+                })
+            }
+        }
     }
 
     fn quota_spent(&self, scopes: &[Arc<Scope>], now: Micros) -> Option<Outcome> {
@@ -411,6 +486,8 @@ impl<E: Executor> Inner<E> {
                     || (remaining == 0 && micros(reset) > quota_after);
                 if long {
                     self.exhaust(credential, &scope, reset, now);
+                } else if remaining == 0 {
+                    self.share_block(credential, &scope, reset, Hold::Blocked);
                 }
             }
         }
@@ -428,14 +505,37 @@ impl<E: Executor> Inner<E> {
             } else {
                 tracing::debug!(scope = %scope.name, wait_ms = wait.delay.as_millis() as u64, source = wait.source, "server asked for a wait");
                 scope.penalize(now + micros(wait.delay), now);
+                self.share_block(credential, &scope, wait.delay, Hold::Blocked);
             }
             return scope;
         }
         blamed
     }
 
+    /// Tells the other processes on a shared credential what this one learned.
+    fn share_block(&self, credential: &Credential, scope: &Scope, wait: Duration, hold: Hold) {
+        if let Some(budget) = self.shared_for(credential) {
+            budget.block(&credential.name, &scope.name, wait, hold);
+        }
+    }
+
+    /// A quota this process found spent: marked here and shared.
     fn exhaust(&self, credential: &Credential, scope: &Scope, resets_in: Duration, now: Micros) {
-        if scope.exhaust(now + micros(resets_in), now) {
+        if self.note_exhausted(credential, scope, resets_in, now) {
+            self.share_block(credential, scope, resets_in, Hold::Quota);
+        }
+    }
+
+    /// Marks a quota spent and tells the operator once; true if it is news.
+    fn note_exhausted(
+        &self,
+        credential: &Credential,
+        scope: &Scope,
+        resets_in: Duration,
+        now: Micros,
+    ) -> bool {
+        let fresh = scope.exhaust(now + micros(resets_in), now);
+        if fresh {
             tracing::error!(
                 credential = %credential.name,
                 scope = %scope.name,
@@ -448,6 +548,7 @@ impl<E: Executor> Inner<E> {
                 resets_in,
             });
         }
+        fresh
     }
 
     /// Sorts a response into the call's outcome, or a failure to consider retrying.
@@ -535,13 +636,14 @@ impl<E: Executor> Inner<E> {
 fn reserve_all(
     scopes: &[Arc<Scope>],
     now: Micros,
+    not_before: Micros,
     max_wait: Micros,
 ) -> Result<Held, (Arc<Scope>, NotUntil)> {
     let Some(first) = scopes.first() else {
         return Ok(Vec::new());
     };
     let mut latest = first.clone();
-    let mut not_before = now;
+    let mut not_before = not_before.max(now);
     for _ in 0..4 {
         let mut taken: Held = Vec::with_capacity(scopes.len());
         for scope in scopes {
@@ -554,9 +656,7 @@ fn reserve_all(
                     taken.push((scope.clone(), reservation));
                 }
                 Err(not_until) => {
-                    for (scope, reservation) in &taken {
-                        scope.refund(reservation);
-                    }
+                    refund_all(&taken);
                     return Err((scope.clone(), not_until));
                 }
             }
@@ -564,11 +664,15 @@ fn reserve_all(
         if taken.iter().all(|(_, r)| r.start() == not_before) {
             return Ok(taken);
         }
-        for (scope, reservation) in &taken {
-            scope.refund(reservation);
-        }
+        refund_all(&taken);
     }
     Err((latest, NotUntil(not_before)))
+}
+
+fn refund_all(held: &Held) {
+    for (scope, reservation) in held {
+        scope.refund(reservation);
+    }
 }
 
 fn transport_failure(error: TransportError, primary: &Arc<Scope>) -> Failed {

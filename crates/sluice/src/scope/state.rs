@@ -269,6 +269,11 @@ impl Scope {
         self.state().cell.penalize(until, now);
     }
 
+    /// Mirrors a block another process learned: nothing starts before `until`.
+    pub(crate) fn block(&self, until: Micros, now: Micros) {
+        self.state().cell.sync(0, until, now);
+    }
+
     /// Marks the quota spent until `until`; true if it was not already.
     pub(crate) fn exhaust(&self, until: Micros, now: Micros) -> bool {
         let mut state = self.state();

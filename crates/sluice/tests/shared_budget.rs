@@ -1,0 +1,130 @@
+//! Shared credentials on the in-memory shared budget: two gates standing for
+//! two processes spend one key's rate between them, and a penalty one of
+//! them learns holds the other back too. (The Redis backend is tested
+//! against the same behaviour in `sluice-redis`.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sluice::shared::InMemoryBudget;
+use sluice::{Call, CredentialConfig, Defaults, Gate, Outcome};
+use support::*;
+
+fn shared_gate(sim: &Arc<Sim>, budget: &Arc<InMemoryBudget>, seed: u64) -> Gate<SimExecutor> {
+    let credential = CredentialConfig::with_rate("5/1s".parse().unwrap())
+        .shared(true)
+        .max_in_flight(20);
+    Gate::builder(
+        config_with(credential, Defaults::default()),
+        SimExecutor(sim.clone()),
+    )
+    .seed(seed)
+    .shared(budget.clone())
+    .build()
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_processes_spend_one_rate() {
+    let sim = Sim::always_ok(20);
+    let budget = Arc::new(InMemoryBudget::new());
+    let gates = [shared_gate(&sim, &budget, 1), shared_gate(&sim, &budget, 2)];
+    let runs = gates.iter().enumerate().map(|(g, gate)| {
+        let calls = (0..12).map(move |i| Call::new("read", json!({ "g": g, "i": i })));
+        let turn = gate.turn();
+        async move { turn.run(calls).await }
+    });
+    let outcomes: Vec<Outcome> = futures_util::future::join_all(runs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(outcomes.len(), 24);
+    let starts = sim.starts_ms();
+    // Between them: 5 now and 5 a window (plus its 10 ms margin) later; the
+    // next window starts past the 2 s inline threshold, so the other 14
+    // calls are deferred, not sent.
+    assert_eq!(
+        starts,
+        [
+            0.0, 0.0, 0.0, 0.0, 0.0, 1_010.0, 1_010.0, 1_010.0, 1_010.0, 1_010.0
+        ]
+    );
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| o.status() == "rate_limited")
+            .count(),
+        14
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_penalty_one_process_learns_holds_the_other() {
+    let sim = Sim::new(|n, _| {
+        if n == 1 {
+            Reply::status(429).header("retry-after", "3")
+        } else {
+            Reply::ok(10)
+        }
+    });
+    let budget = Arc::new(InMemoryBudget::new());
+    let (a, b) = (shared_gate(&sim, &budget, 1), shared_gate(&sim, &budget, 2));
+    // Process A is told to wait 3 s: beyond the inline threshold, so deferred.
+    let first = a.call(Call::new("read", json!({"a": 1}))).await;
+    assert_eq!(first.status(), "rate_limited", "{first:?}");
+    // Process B has never seen a 429, yet sends nothing before the 3 s are up.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let second = b.call(Call::new("read", json!({"b": 1}))).await;
+    assert_eq!(second.status(), "rate_limited", "{second:?}");
+    assert_eq!(sim.count(), 1);
+    // Inside the inline threshold B waits it out, and the start is after the block.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let third = b.call(Call::new("read", json!({"b": 2}))).await;
+    assert!(third.is_ok(), "{third:?}");
+    let starts = sim.starts_ms();
+    assert!(starts[1] >= 3_000.0, "{starts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_one_process_finds_spent_is_spent_for_all() {
+    let sim = Sim::new(|n, _| {
+        if n == 1 {
+            Reply::status(429).header("retry-after", "86400")
+        } else {
+            Reply::ok(10)
+        }
+    });
+    let budget = Arc::new(InMemoryBudget::new());
+    let (a, b) = (shared_gate(&sim, &budget, 1), shared_gate(&sim, &budget, 2));
+    assert_eq!(
+        a.call(Call::new("read", json!({}))).await.status(),
+        "quota_exhausted"
+    );
+    let other = b.call(Call::new("read", json!({"x": 1}))).await;
+    assert_eq!(other.status(), "quota_exhausted", "{other:?}");
+    assert_eq!(sim.count(), 1);
+}
+
+#[test]
+fn a_shared_credential_without_a_backend_is_a_config_error() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let sim = Sim::always_ok(1);
+        let credential = CredentialConfig::with_rate("5/1s".parse().unwrap()).shared(true);
+        let error = Gate::builder(
+            config_with(credential, Defaults::default()),
+            SimExecutor(sim),
+        )
+        .build()
+        .unwrap_err();
+        assert_eq!(error.field, "credentials.key.shared");
+    });
+}
