@@ -182,12 +182,20 @@ fn verdict(runs: &[Summary]) -> String {
     if naive.agent_failed + sluice.agent_rate_limited > 0 {
         let _ = write!(
             verdict,
-            " The model heard \"tool failed\" {} times from the naive harness (and split each into more calls), \
-             and \"not yet, retry in N ms\" {} times from sluice.",
-            naive.agent_failed, sluice.agent_rate_limited
+            " The model heard \"tool failed\" {} from the naive harness (and split each into more calls), \
+             and \"not yet, retry in N ms\" {} from sluice.",
+            times(naive.agent_failed),
+            times(sluice.agent_rate_limited)
         );
     }
     verdict
+}
+
+fn times(n: usize) -> String {
+    match n {
+        1 => "once".to_owned(),
+        n => format!("{n} times"),
+    }
 }
 
 /// The live progress line, on stderr: rewritten in place on a terminal,
