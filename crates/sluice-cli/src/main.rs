@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod demo;
 mod fake_api;
+mod inspect;
 
 /// Backpressure for AI agents' parallel tool calls.
 #[derive(Debug, Parser)]
@@ -21,6 +22,8 @@ enum Command {
     Demo(demo::Args),
     /// Serve a throttling fake API that records every request.
     FakeApi(fake_api::Args),
+    /// Explain what sluice makes of an HTTP response head (a file or standard input).
+    Inspect(inspect::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +45,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         match cli.command {
             Command::Demo(args) => demo::run(args).await,
             Command::FakeApi(args) => fake_api::run(args).await,
+            Command::Inspect(args) => inspect::run(args),
         }
     })
 }

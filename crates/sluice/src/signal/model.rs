@@ -128,6 +128,11 @@ impl Signal {
         }
         match self.scopes.iter_mut().find(|s| s.name == report.name) {
             Some(existing) => {
+                // The source names the header that decides the wait: the
+                // one that supplied the reset.
+                if existing.reset.is_none() && report.reset.is_some() {
+                    existing.source = report.source;
+                }
                 existing.limit = existing.limit.or(report.limit);
                 existing.remaining = existing.remaining.or(report.remaining);
                 existing.reset = existing.reset.or(report.reset);

@@ -1,8 +1,16 @@
 //! The header families sluice reads, one small parser each, in order of precedence.
 
+mod anthropic;
+mod go_duration;
 mod ietf;
+mod jira;
+mod openai;
 mod retry_after;
+mod shopify;
 mod structured;
+mod values;
+mod x_ratelimit;
+mod zendesk;
 
 use super::{Fields, ResponseClock, Signal};
 
@@ -17,4 +25,19 @@ pub struct Profile {
 
 /// Every profile, highest precedence first: an explicit wait beats a reset,
 /// and the standard fields beat vendor ones when both describe a scope.
-pub const ALL: &[Profile] = &[retry_after::PROFILE, ietf::PROFILE];
+///
+/// `x_ratelimit` comes before `jira` so that Jira's timestamp reset only
+/// fills the gap its numeric reader leaves; the vendor families after it
+/// mostly name scopes of their own, and where they describe the key as a
+/// whole (Zendesk's `x-rate-limit`, Shopify's bucket) a standard field the
+/// same response carries is the better witness.
+pub const ALL: &[Profile] = &[
+    retry_after::PROFILE,
+    ietf::PROFILE,
+    x_ratelimit::PROFILE,
+    jira::PROFILE,
+    openai::PROFILE,
+    anthropic::PROFILE,
+    zendesk::PROFILE,
+    shopify::PROFILE,
+];

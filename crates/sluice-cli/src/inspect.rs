@@ -1,0 +1,771 @@
+//! `sluice inspect`: what sluice makes of one HTTP response head, explained or as JSON.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use serde::Serialize;
+use sluice::signal::{self, DEFAULT_SCOPE, Fields, ResponseClock, ScopeSignal, Signal, Wait};
+
+/// Flags of `sluice inspect`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// A raw response head (status line, then headers), as `curl -sD - -o /dev/null URL`
+    /// prints it; `-` or absent reads standard input.
+    #[arg(value_name = "FILE")]
+    file: Option<PathBuf>,
+
+    /// When the response was received, RFC 3339 or epoch seconds [default: now]; used only
+    /// when the response has no Date header.
+    #[arg(long, value_name = "TIME", value_parser = parse_now)]
+    now: Option<SystemTime>,
+
+    /// Print one JSON object instead of an explanation.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Input read at most. A response head is a few kilobytes; past this it is not one,
+/// and a 10 MB file or an endless pipe is not read to its end.
+const MAX_INPUT: usize = 1 << 20;
+
+/// Exit status when the input has no status line (usage errors are clap's 2 as well).
+const EXIT_NO_STATUS_LINE: u8 = 2;
+
+/// Longest piece of a bad first line quoted back in the error.
+const PREVIEW_CHARS: usize = 60;
+
+/// Longest reason phrase kept from the status line.
+const MAX_REASON_CHARS: usize = 200;
+
+/// Runs `sluice inspect`.
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (input, truncated) = read_input(args.file.as_deref())?;
+    let head = match parse_head(&input) {
+        Ok(head) => head,
+        Err(error) => {
+            // Nothing useful to do if standard error is gone too.
+            let _ = writeln!(io::stderr(), "sluice inspect: {error}");
+            return Ok(ExitCode::from(EXIT_NO_STATUS_LINE));
+        }
+    };
+    let received = args.now.unwrap_or_else(SystemTime::now);
+    let reading = Reading::new(&head, received);
+    let text = if args.json {
+        let mut json = serde_json::to_string(&reading.report())?;
+        json.push('\n');
+        json
+    } else {
+        reading.explain(truncated)
+    };
+    let mut stdout = io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        // `sluice inspect | head -1` is not a failure.
+        Err(error) if error.kind() != io::ErrorKind::BrokenPipe => {
+            Err(error).context("writing to standard output")
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Reads at most [`MAX_INPUT`] bytes from `file` (standard input for `-` or none);
+/// true when there was more.
+fn read_input(file: Option<&Path>) -> anyhow::Result<(Vec<u8>, bool)> {
+    let limit = u64::try_from(MAX_INPUT)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    let mut bytes = Vec::new();
+    match file {
+        Some(path) if path != Path::new("-") => {
+            let file =
+                File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+            file.take(limit)
+                .read_to_end(&mut bytes)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+        }
+        _ => {
+            io::stdin()
+                .lock()
+                .take(limit)
+                .read_to_end(&mut bytes)
+                .context("cannot read standard input")?;
+        }
+    }
+    let truncated = bytes.len() > MAX_INPUT;
+    bytes.truncate(MAX_INPUT);
+    Ok((bytes, truncated))
+}
+
+/// `--now`: epoch seconds (decimals allowed) or an RFC 3339 timestamp with an offset.
+fn parse_now(text: &str) -> Result<SystemTime, String> {
+    let text = text.trim();
+    if let Some(time) = epoch_seconds(text) {
+        return Ok(time);
+    }
+    let expected = "expected RFC 3339 (2024-03-05T14:00:00Z) or epoch seconds (1709647200)";
+    let timestamp: jiff::Timestamp = text
+        .parse()
+        .map_err(|error| format!("{expected}: {error}"))?;
+    SystemTime::try_from(timestamp).map_err(|error| format!("{expected}: {error}"))
+}
+
+fn epoch_seconds(text: &str) -> Option<SystemTime> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    // Twelve digits reach the year 33658; more is not a time.
+    if !digits(whole) || whole.len() > 12 || !(fraction.is_empty() || digits(fraction)) {
+        return None;
+    }
+    let nanos = fraction
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(9)
+        .fold(0, |acc, b| acc * 10 + u32::from(b - b'0'));
+    UNIX_EPOCH.checked_add(Duration::new(whole.parse().ok()?, nanos))
+}
+
+/// A response head: its status and the headers that could be read.
+#[derive(Debug)]
+pub(crate) struct Head {
+    /// The status code of the status line.
+    pub(crate) status: StatusCode,
+    /// The reason phrase, if any (lossy UTF-8).
+    pub(crate) reason: String,
+    /// Every header line with a valid name and value, in order.
+    pub(crate) headers: HeaderMap,
+    /// Header lines skipped as malformed (no colon, a bad name or value, a folded line).
+    pub(crate) skipped: usize,
+}
+
+/// Why an input is not a response head.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum HeadError {
+    /// Nothing but blank lines.
+    #[error(
+        "the input is empty: expected a response head starting with a status line such as \
+         `HTTP/1.1 429 Too Many Requests` (as `curl -sD - -o /dev/null URL` prints it)"
+    )]
+    Empty,
+    /// The first line is not `HTTP/<version> <3-digit status>[ reason]`.
+    #[error(
+        "no status line: the input starts with {found:?}, expected a line such as \
+         `HTTP/1.1 429 Too Many Requests` (as `curl -sD - -o /dev/null URL` prints it)"
+    )]
+    NoStatusLine {
+        /// The start of the first line, as lossy text.
+        found: String,
+    },
+}
+
+/// Parses a response head: a status line, then `name: value` lines up to the
+/// first blank line (CRLF or LF); anything after it is ignored. Interim `1xx`
+/// heads, which curl prints before the final one, are passed over. Header
+/// lines that are malformed are skipped and counted.
+pub(crate) fn parse_head(input: &[u8]) -> Result<Head, HeadError> {
+    let mut lines = input
+        .split(|b| *b == b'\n')
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .peekable();
+    let mut head = next_head(&mut lines)?;
+    while head.status.is_informational() {
+        match next_head(&mut lines) {
+            Ok(next) => head = next,
+            Err(_) => break,
+        }
+    }
+    Ok(head)
+}
+
+fn next_head<'a>(lines: &mut impl Iterator<Item = &'a [u8]>) -> Result<Head, HeadError> {
+    let first = lines
+        .find(|line| !line.trim_ascii().is_empty())
+        .ok_or(HeadError::Empty)?;
+    let (status, reason) = status_line(first).ok_or_else(|| HeadError::NoStatusLine {
+        found: String::from_utf8_lossy(first)
+            .chars()
+            .take(PREVIEW_CHARS)
+            .collect(),
+    })?;
+    let mut headers = HeaderMap::new();
+    let mut skipped = 0;
+    for line in lines.by_ref() {
+        if line.trim_ascii().is_empty() {
+            break;
+        }
+        // A map can hold only so many fields (http's limit); the rest are skipped too.
+        let kept =
+            header_line(line).is_some_and(|(name, value)| headers.try_append(name, value).is_ok());
+        if !kept {
+            skipped += 1;
+        }
+    }
+    Ok(Head {
+        status,
+        reason,
+        headers,
+        skipped,
+    })
+}
+
+/// `HTTP/1.1 429 Too Many Requests`, `HTTP/2 200`, `HTTP/1.0 503` (RFC 9112 §4,
+/// and HTTP/2 and 3 as curl prints them).
+fn status_line(line: &[u8]) -> Option<(StatusCode, String)> {
+    let rest = line.strip_prefix(b"HTTP/")?;
+    let space = rest.iter().position(|b| *b == b' ')?;
+    let (version, rest) = rest.split_at(space);
+    let version_ok = version.first().is_some_and(u8::is_ascii_digit)
+        && version.len() <= 3
+        && version.iter().all(|b| b.is_ascii_digit() || *b == b'.');
+    if !version_ok {
+        return None;
+    }
+    let rest = rest.trim_ascii_start();
+    let code = rest.get(..3)?;
+    let after = rest.get(3..)?;
+    if !code.iter().all(u8::is_ascii_digit) || after.first().is_some_and(|b| !b" \t".contains(b)) {
+        return None;
+    }
+    let status = StatusCode::from_bytes(code).ok()?;
+    let reason = String::from_utf8_lossy(after.trim_ascii())
+        .chars()
+        .take(MAX_REASON_CHARS)
+        .collect();
+    Some((status, reason))
+}
+
+/// `name: value`, with the name a valid token right up to the colon (RFC 9112 §5.1)
+/// and the value trimmed of surrounding whitespace.
+fn header_line(line: &[u8]) -> Option<(HeaderName, HeaderValue)> {
+    let colon = line.iter().position(|b| *b == b':')?;
+    let (name, value) = line.split_at(colon);
+    let value = value.get(1..)?.trim_ascii();
+    Some((
+        HeaderName::from_bytes(name).ok()?,
+        HeaderValue::from_bytes(value).ok()?,
+    ))
+}
+
+/// One response as sluice reads it, and what the pipeline does with it.
+struct Reading<'a> {
+    head: &'a Head,
+    signal: Signal,
+    /// The wait before the next call on the deciding scope.
+    wait: Option<Wait>,
+    /// The scope that decides: the one the wait applies to, else the most restrictive.
+    scope: Option<String>,
+    /// The scope whose quota is spent, if one is.
+    quota_scope: Option<String>,
+    quota_after: Duration,
+    clock: ResponseClock,
+    received: SystemTime,
+}
+
+impl<'a> Reading<'a> {
+    fn new(head: &'a Head, received: SystemTime) -> Self {
+        let signal = signal::read(head.status, &head.headers, received);
+        let clock = ResponseClock::new(&Fields::new(&head.headers), received);
+        let wait = signal.wait();
+        let scope = wait
+            .as_ref()
+            .and_then(|w| w.scope.clone())
+            .or_else(|| signal.most_restrictive().map(|s| s.name.clone()));
+        let quota_after = sluice::Defaults::default().quota_after;
+        let quota_scope = quota_scope(&signal, wait.as_ref(), quota_after);
+        Reading {
+            head,
+            signal,
+            wait,
+            scope,
+            quota_scope,
+            quota_after,
+            clock,
+            received,
+        }
+    }
+
+    fn scope_signal(&self) -> Option<&ScopeSignal> {
+        let name = self.scope.as_deref()?;
+        self.signal.scopes.iter().find(|s| s.name == name)
+    }
+
+    fn report(&self) -> Report<'_> {
+        let decided = self.scope_signal();
+        Report {
+            http_status: self.signal.http_status,
+            throttled: self.signal.throttled,
+            wait_ms: self.wait.as_ref().map(|w| millis(w.delay)),
+            source: self.wait.as_ref().map(|w| w.source),
+            scope: self.scope.as_deref(),
+            remaining: decided.and_then(|s| s.remaining),
+            limit: decided.and_then(|s| s.limit),
+            reset_ms: decided.and_then(|s| s.reset).map(millis),
+            quota_exhausted: self.quota_scope.is_some(),
+            quota_scope: self.quota_scope.as_deref(),
+            clock: if self.clock.uses_date_header() {
+                "date_header"
+            } else {
+                "local"
+            },
+            skipped_lines: self.head.skipped,
+            scopes: self.signal.scopes.iter().map(ScopeReport::from).collect(),
+        }
+    }
+
+    /// The human explanation: what the server said, what sluice will do, and why.
+    fn explain(&self, truncated: bool) -> String {
+        let mut out = String::new();
+        let status = self.head.status.as_u16();
+        let reason = match self.head.reason.as_str() {
+            "" => self.head.status.canonical_reason().unwrap_or(""),
+            reason => reason,
+        };
+        let verdict = if self.signal.throttled {
+            "the server refused this call for rate or quota"
+        } else if status == 429 || status == 503 || status == 403 {
+            "a refusal, but not one for rate (no wait and nothing spent)"
+        } else {
+            "not a rate-limit refusal"
+        };
+        let status_line = match reason {
+            "" => format!("HTTP {status}"),
+            reason => format!("HTTP {status} {reason}"),
+        };
+        let _ = writeln!(out, "{status_line}: {verdict}.");
+
+        let _ = writeln!(out, "\nThe server said:");
+        let mut said = false;
+        if let Some(wait) = &self.signal.retry_after {
+            said = true;
+            let _ = writeln!(out, "  {}: wait {}", wait.source, human(wait.delay));
+        }
+        for scope in &self.signal.scopes {
+            said = true;
+            let _ = writeln!(out, "  {}", describe_scope(scope));
+        }
+        if let Some(reason) = &self.signal.reason_scope {
+            said = true;
+            let _ = writeln!(out, "  the refusal was for scope \"{reason}\"");
+        }
+        if !said {
+            let _ = writeln!(out, "  nothing sluice reads about rate limits");
+        }
+
+        let _ = writeln!(out, "\nWhat sluice will do:");
+        let _ = writeln!(out, "  {}", self.decision());
+        if self.scope.as_deref().is_some_and(|s| s != DEFAULT_SCOPE) {
+            let _ = writeln!(
+                out,
+                "  Each scope the server names is its own bucket under the credential, and the \
+                 tool that got this response is bound to it: calls on other scopes are not held."
+            );
+        }
+        let _ = writeln!(out, "  {}", self.quota_line());
+        let _ = writeln!(out, "  {}", self.clock_line());
+        if self.head.skipped > 0 {
+            let lines = if self.head.skipped == 1 {
+                "line"
+            } else {
+                "lines"
+            };
+            let _ = writeln!(
+                out,
+                "  Skipped {} malformed header {lines}.",
+                self.head.skipped
+            );
+        }
+        if truncated {
+            let _ = writeln!(
+                out,
+                "  Read only the first {} KiB of the input.",
+                MAX_INPUT / 1024
+            );
+        }
+        out
+    }
+
+    fn decision(&self) -> String {
+        let scope = self.scope.as_deref().unwrap_or(DEFAULT_SCOPE);
+        if let Some(quota) = &self.quota_scope {
+            let until = self
+                .quota_reset()
+                .map(|d| format!(" for {}", human(d)))
+                .unwrap_or_else(|| " until it resets".to_owned());
+            return format!(
+                "Scope \"{quota}\" is out of quota: every call on it returns quota_exhausted \
+                 without sending{until}, and the operator is told."
+            );
+        }
+        match &self.wait {
+            None if self.signal.throttled => "The server refused without saying how long to wait: \
+                 sluice retries with full-jitter backoff, within the call's deadline and the \
+                 credential's retry budget."
+                .to_owned(),
+            None => "The headers say nothing about rate: calls are paced by sluice's configured \
+                 limits only."
+                .to_owned(),
+            Some(wait) if wait.delay.is_zero() => {
+                let left = self
+                    .scope_signal()
+                    .and_then(|s| s.remaining)
+                    .map(|n| format!(" ({n} left)"))
+                    .unwrap_or_default();
+                if self.signal.throttled {
+                    format!(
+                        "The server asked for no wait ({}): the refused call may be retried at \
+                         once on scope \"{scope}\", paced by sluice's own limits.",
+                        wait.source
+                    )
+                } else {
+                    format!("The next call on scope \"{scope}\" may go now{left}.")
+                }
+            }
+            Some(wait) => {
+                let retry = if self.signal.throttled {
+                    " The refused call is retried after it if its deadline allows; waits up to \
+                     the inline threshold (2s) stay below the model's view, longer ones return \
+                     rate_limited with retry_after_ms."
+                } else {
+                    ""
+                };
+                format!(
+                    "No call on scope \"{scope}\" starts for {} (decided by {}).{retry}",
+                    human(wait.delay),
+                    wait.source
+                )
+            }
+        }
+    }
+
+    /// How long the spent quota lasts: the wait if it decided, else the scope's reset.
+    fn quota_reset(&self) -> Option<Duration> {
+        let name = self.quota_scope.as_deref()?;
+        match &self.wait {
+            Some(wait) if wait.scope.as_deref() == Some(name) && wait.delay > self.quota_after => {
+                Some(wait.delay)
+            }
+            _ => self
+                .signal
+                .scopes
+                .iter()
+                .find(|s| s.name == name)
+                .and_then(|s| s.reset),
+        }
+    }
+
+    fn quota_line(&self) -> String {
+        let rule = format!(
+            "a wait over {}, or a policy of a day or more with nothing left",
+            human(self.quota_after)
+        );
+        match &self.quota_scope {
+            Some(_) => format!("Quota exhausted ({rule})."),
+            None => format!("Quota not exhausted ({rule} would be)."),
+        }
+    }
+
+    fn clock_line(&self) -> String {
+        if self.clock.uses_date_header() {
+            let date = self.head.headers.get("date").and_then(|d| d.to_str().ok());
+            format!(
+                "Absolute times (HTTP-dates, epochs, RFC 3339) were measured against the \
+                 response's Date header ({}), so the local clock's skew does not matter.",
+                date.unwrap_or("?")
+            )
+        } else {
+            format!(
+                "Absolute times (HTTP-dates, epochs, RFC 3339) were measured against the local \
+                 clock ({}), as the response has no valid Date header; set it with --now.",
+                humantime::format_rfc3339_seconds(self.received)
+            )
+        }
+    }
+}
+
+/// The scope whose quota the response shows spent, by the pipeline's rule with the
+/// default `quota_after`: a wait longer than it, a scope with nothing left until a
+/// reset later than it, or a policy of a day or more with nothing left.
+fn quota_scope(signal: &Signal, wait: Option<&Wait>, quota_after: Duration) -> Option<String> {
+    if let Some(wait) = wait.filter(|w| w.delay > quota_after) {
+        return Some(
+            wait.scope
+                .clone()
+                .unwrap_or_else(|| signal.blamed_scope().to_owned()),
+        );
+    }
+    signal
+        .scopes
+        .iter()
+        .find(|s| {
+            s.is_spent_long_window()
+                || (s.remaining == Some(0) && s.reset.is_some_and(|r| r > quota_after))
+        })
+        .map(|s| s.name.clone())
+}
+
+fn describe_scope(scope: &ScopeSignal) -> String {
+    let mut text = format!("scope \"{}\":", scope.name);
+    match (scope.remaining, scope.limit) {
+        (Some(remaining), Some(limit)) => {
+            let _ = write!(text, " {remaining} of {limit} left");
+        }
+        (Some(remaining), None) => {
+            let _ = write!(text, " {remaining} left");
+        }
+        (None, Some(limit)) => {
+            let _ = write!(text, " limit {limit}");
+        }
+        (None, None) => {}
+    }
+    if let Some(window) = scope.window {
+        let _ = write!(text, " per {}", human(window));
+    }
+    if let Some(reset) = scope.reset {
+        let _ = write!(text, ", resets in {}", human(reset));
+    }
+    let _ = write!(text, " [{}]", scope.source);
+    text
+}
+
+/// The `--json` object.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    http_status: u16,
+    throttled: bool,
+    wait_ms: Option<u64>,
+    source: Option<&'static str>,
+    scope: Option<&'a str>,
+    remaining: Option<u64>,
+    limit: Option<u64>,
+    reset_ms: Option<u64>,
+    quota_exhausted: bool,
+    quota_scope: Option<&'a str>,
+    /// `date_header` or `local`: what absolute times were measured against.
+    clock: &'static str,
+    skipped_lines: usize,
+    scopes: Vec<ScopeReport<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct ScopeReport<'a> {
+    name: &'a str,
+    remaining: Option<u64>,
+    limit: Option<u64>,
+    reset_ms: Option<u64>,
+    window_ms: Option<u64>,
+    source: &'static str,
+}
+
+impl<'a> From<&'a ScopeSignal> for ScopeReport<'a> {
+    fn from(scope: &'a ScopeSignal) -> Self {
+        ScopeReport {
+            name: &scope.name,
+            remaining: scope.remaining,
+            limit: scope.limit,
+            reset_ms: scope.reset.map(millis),
+            window_ms: scope.window.map(millis),
+            source: scope.source,
+        }
+    }
+}
+
+/// Whole milliseconds, rounded up so that a wait shown is never shorter than the real one.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// A duration for people, to the millisecond (`4s 200ms`, `1h 30m`).
+fn human(duration: Duration) -> String {
+    let ms = Duration::from_millis(millis(duration));
+    humantime::format_duration(ms).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_in_every_form_parse() {
+        let lf =
+            parse_head(b"HTTP/1.1 429 Too Many Requests\nretry-after: 2\n\nbody: 1\n").unwrap();
+        assert_eq!(lf.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(lf.reason, "Too Many Requests");
+        assert_eq!(lf.headers.len(), 1);
+        assert_eq!(lf.skipped, 0);
+
+        let crlf =
+            parse_head(b"HTTP/2 200\r\nDate: x\r\nX-Y:  spaced \r\n\r\nHTTP/1.1 500\r\n").unwrap();
+        assert_eq!(crlf.status, StatusCode::OK);
+        assert_eq!(crlf.reason, "");
+        assert_eq!(crlf.headers["x-y"], "spaced");
+
+        let no_newline = parse_head(b"HTTP/1.0 503").unwrap();
+        assert_eq!(no_newline.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(no_newline.headers.is_empty());
+
+        let leading_blank = parse_head(b"\r\n\nHTTP/1.1 200 OK\n").unwrap();
+        assert_eq!(leading_blank.status, StatusCode::OK);
+    }
+
+    #[test]
+    fn interim_heads_are_passed_over() {
+        let head = parse_head(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 429 Slow Down\r\nretry-after: 1\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(head.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(head.headers.len(), 1);
+        // A lone interim head is still a head.
+        let head = parse_head(b"HTTP/1.1 103 Early Hints\nlink: </a>\n\n").unwrap();
+        assert_eq!(head.status.as_u16(), 103);
+    }
+
+    #[test]
+    fn malformed_header_lines_are_skipped_and_counted() {
+        let input = b"HTTP/1.1 200 OK\n\
+            no colon here\n\
+            bad name: 1\n\
+            : empty name\n\
+            \x20folded: continuation\n\
+            ctl: a\x01b\n\
+            good: yes\n\
+            obs-text: caf\xe9\n\
+            x-empty:\n\n";
+        let head = parse_head(input).unwrap();
+        assert_eq!(head.skipped, 5);
+        assert_eq!(head.headers["good"], "yes");
+        assert_eq!(head.headers["obs-text"].as_bytes(), b"caf\xe9");
+        assert_eq!(head.headers["x-empty"], "");
+    }
+
+    #[test]
+    fn no_status_line_is_an_error_naming_what_was_found() {
+        assert_eq!(parse_head(b"").unwrap_err(), HeadError::Empty);
+        assert_eq!(parse_head(b"\n\r\n  \n").unwrap_err(), HeadError::Empty);
+        for bad in [
+            &b"retry-after: 2\n"[..],
+            b"HTTP/1.1 42 Short\n",
+            b"HTTP/1.1 4290 Long\n",
+            b"HTTP/1.1 abc\n",
+            b"HTTPS/1.1 200 OK\n",
+            b"HTTP/x 200 OK\n",
+            b"HTTP/1.1\n",
+            b"http/1.1 200 OK\n",
+            b"HTTP/1.1 099 Low\n",
+            b"\xff\xfe\x00binary",
+        ] {
+            let error = parse_head(bad).unwrap_err();
+            assert!(
+                matches!(error, HeadError::NoStatusLine { .. }),
+                "{bad:?}: {error}"
+            );
+        }
+        let message = parse_head(b"garbage in\n").unwrap_err().to_string();
+        assert!(message.contains("no status line"), "{message}");
+        assert!(message.contains("garbage in"), "{message}");
+    }
+
+    #[test]
+    fn huge_and_binary_inputs_do_not_panic() {
+        let mut input = b"HTTP/1.1 429 X\n".to_vec();
+        // More distinct names than a header map can hold (http's limit is 32768).
+        for i in 0..40_000u32 {
+            input.extend_from_slice(format!("x-h{i}: {i}\n").as_bytes());
+        }
+        input.extend_from_slice(b"retry-after: ");
+        input.extend(std::iter::repeat_n(b'9', 200_000));
+        let head = parse_head(&input).unwrap();
+        assert!(head.skipped > 0, "the map's capacity is bounded");
+        let reading = Reading::new(&head, SystemTime::now());
+        assert!(reading.report().throttled);
+        let binary: Vec<u8> = (0..1_000_000u32)
+            .map(|i| u8::try_from(i.wrapping_mul(2_654_435_761) >> 24).unwrap())
+            .collect();
+        assert!(parse_head(&binary).is_err());
+    }
+
+    #[test]
+    fn now_is_epoch_seconds_or_rfc3339() {
+        let at = |s| UNIX_EPOCH + Duration::from_secs(s);
+        assert_eq!(parse_now("1709647200"), Ok(at(1_709_647_200)));
+        assert_eq!(
+            parse_now("1709647200.5"),
+            Ok(at(1_709_647_200) + Duration::from_millis(500))
+        );
+        assert_eq!(parse_now("2024-03-05T14:00:00Z"), Ok(at(1_709_647_200)));
+        assert_eq!(
+            parse_now("2024-03-05T15:00:00+01:00"),
+            Ok(at(1_709_647_200))
+        );
+        for bad in [
+            "",
+            "soon",
+            "-5",
+            "1e9",
+            "2024-03-05T14:00:00",
+            "9999999999999999",
+        ] {
+            assert!(parse_now(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn reading_of(input: &[u8], now: u64) -> serde_json::Value {
+        let head = parse_head(input).unwrap();
+        let reading = Reading::new(&head, UNIX_EPOCH + Duration::from_secs(now));
+        serde_json::to_value(reading.report()).unwrap()
+    }
+
+    #[test]
+    fn the_report_follows_the_deciding_scope_and_the_quota_rule() {
+        let json = reading_of(
+            b"HTTP/1.1 200 OK\nx-ratelimit-remaining-requests: 5\nx-ratelimit-remaining-tokens: 0\nx-ratelimit-reset-tokens: 10m\n\n",
+            0,
+        );
+        assert_eq!(json["scope"], "tokens");
+        assert_eq!(json["wait_ms"], 600_000);
+        assert_eq!(json["quota_exhausted"], true);
+        assert_eq!(json["quota_scope"], "tokens");
+        assert_eq!(json["throttled"], false);
+
+        let json = reading_of(b"HTTP/2 200\ncontent-type: text/html\n\n", 0);
+        assert_eq!(json["wait_ms"], serde_json::Value::Null);
+        assert_eq!(json["scope"], serde_json::Value::Null);
+        assert_eq!(json["scopes"], serde_json::json!([]));
+
+        // A daily policy with nothing left is a quota even with a short reset.
+        let json = reading_of(
+            b"HTTP/1.1 429 X\nratelimit-policy: \"daily\";q=1000;w=86400\nratelimit: \"daily\";r=0;t=60\n\n",
+            0,
+        );
+        assert_eq!(json["quota_exhausted"], true);
+        assert_eq!(json["scopes"][0]["window_ms"], 86_400_000);
+    }
+
+    #[test]
+    fn the_explanation_names_scope_wait_quota_and_clock() {
+        let head = parse_head(
+            b"HTTP/1.1 429 Too Many Requests\ndate: Tue, 05 Mar 2024 14:00:00 GMT\nretry-after: 3\nx-ratelimit-resource: search\nx-ratelimit-remaining: 0\nx-ratelimit-reset: 1709647230\nbad line\n\n",
+        )
+        .unwrap();
+        let text = Reading::new(&head, SystemTime::now()).explain(false);
+        for needle in [
+            "HTTP 429 Too Many Requests: the server refused",
+            "retry-after: wait 3s",
+            "scope \"search\": 0 left, resets in 30s",
+            "No call on scope \"search\" starts for 3s (decided by retry-after)",
+            "calls on other scopes are not held",
+            "Quota not exhausted",
+            "against the response's Date header",
+            "Skipped 1 malformed header line.",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in:\n{text}");
+        }
+    }
+}

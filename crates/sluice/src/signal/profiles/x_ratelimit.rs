@@ -1,0 +1,317 @@
+//! The de-facto `X-RateLimit-*` fields (GitHub and many others) and X's `X-Rate-Limit-*`.
+//!
+//! `-Limit`, `-Remaining`, `-Used` and `-Reset` describe one bucket, which
+//! `-Resource` names (GitHub's `core`, `search`, `graphql`…); without it, the
+//! key as a whole. Resets here are numbers: delta seconds, or epoch seconds
+//! when above [`EPOCH_THRESHOLD`] (GitHub and X send epochs). Jira's
+//! timestamp form of `X-RateLimit-Reset` is read by the `jira` profile.
+
+use std::time::Duration;
+
+use super::{Profile, values};
+use crate::signal::clock::parse_seconds;
+use crate::signal::fields::parse_integer;
+use crate::signal::{DEFAULT_SCOPE, Fields, ResponseClock, ScopeSignal, Signal};
+
+pub(super) const PROFILE: Profile = Profile {
+    name: "x-ratelimit",
+    read,
+};
+
+/// The two spellings, each read on its own; the first one present wins
+/// where they overlap.
+const FAMILIES: [&str; 2] = ["x-ratelimit", "x-rate-limit"];
+
+/// A reset above this many seconds is an epoch timestamp, not a delta (about
+/// 2001-09-09; no window is 31 years long). The same rule as the IETF profile's.
+const EPOCH_THRESHOLD: u64 = 1_000_000_000;
+
+/// A reset above this is an epoch in milliseconds: as seconds it would be
+/// past the year 5000, as milliseconds it is after 1973.
+const EPOCH_MILLIS_THRESHOLD: u64 = 100_000_000_000;
+
+fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
+    for family in FAMILIES {
+        let field = |suffix: &str| format!("{family}-{suffix}");
+        let scope = fields.first(&field("resource")).unwrap_or(DEFAULT_SCOPE);
+        let mut report = ScopeSignal::new(scope, family);
+        // A limit may carry an early-IETF policy after it (`100, 100;w=60`).
+        report.limit = values::lowest(fields, &field("limit"), |v| {
+            parse_integer(v.split(';').next().unwrap_or(v))
+        });
+        // GitHub sends `-Used` too; it gives the remaining count when
+        // `-Remaining` is missing (and never less than zero).
+        let used = values::lowest(fields, &field("used"), parse_integer);
+        report.remaining = values::lowest(fields, &field("remaining"), parse_integer)
+            .or_else(|| Some(report.limit?.saturating_sub(used?)));
+        // Discord's `-Reset-After` is a delta with decimals: immune to clocks,
+        // so it is preferred to the reset instant when both are present.
+        report.reset = values::latest(fields, &field("reset-after"), parse_seconds)
+            .or_else(|| values::latest(fields, &field("reset"), |v| reset(clock, v)));
+        signal.add_scope(report);
+    }
+}
+
+/// A numeric reset: delta seconds, epoch seconds, or epoch milliseconds,
+/// decimals allowed. Anything else (a timestamp, a negative) is `None`.
+fn reset(clock: &ResponseClock, text: &str) -> Option<Duration> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    match parse_integer(whole) {
+        Some(millis) if millis > EPOCH_MILLIS_THRESHOLD => {
+            clock.until_epoch(Duration::from_millis(millis))
+        }
+        Some(seconds) if seconds > EPOCH_THRESHOLD => {
+            let nanos = fraction
+                .bytes()
+                .chain(std::iter::repeat(b'0'))
+                .take(9)
+                .fold(0, |acc, b| acc * 10 + u32::from(b - b'0'));
+            clock.until_epoch(Duration::new(seconds, nanos))
+        }
+        // Delta seconds, bounded by MAX_DELAY.
+        _ => parse_seconds(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use http::StatusCode;
+
+    use crate::signal::{ScopeSignal, Signal, read};
+
+    const NOW: u64 = 1_700_000_000;
+
+    fn now() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(NOW)
+    }
+
+    fn signal(status: u16, headers: &[(&str, &str)]) -> Signal {
+        let map = crate::signal::fields::header_map(headers);
+        read(StatusCode::from_u16(status).unwrap(), &map, now())
+    }
+
+    /// (scope, limit, remaining, reset in ms) of every scope reported.
+    type Row = (&'static str, Option<u64>, Option<u64>, Option<u64>);
+
+    /// A row as read, scope name owned.
+    type Got = (String, Option<u64>, Option<u64>, Option<u64>);
+
+    fn rows(signal: &Signal) -> Vec<Got> {
+        signal
+            .scopes
+            .iter()
+            .map(|s: &ScopeSignal| {
+                let reset = s.reset.map(|r| u64::try_from(r.as_millis()).unwrap());
+                (s.name.clone(), s.limit, s.remaining, reset)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn table() {
+        let epoch_in_30s = (NOW + 30).to_string();
+        let epoch_past = (NOW - 30).to_string();
+        let epoch_ms = ((NOW + 2) * 1000).to_string();
+        let epoch_fraction = format!("{}.250", NOW + 1);
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a [Row]);
+        let cases: &[Case<'_>] = &[
+            // GitHub REST: epoch reset, resource names the scope.
+            (
+                &[
+                    ("x-ratelimit-limit", "5000"),
+                    ("x-ratelimit-remaining", "4999"),
+                    ("x-ratelimit-reset", &epoch_in_30s),
+                    ("x-ratelimit-used", "1"),
+                    ("x-ratelimit-resource", "core"),
+                ],
+                &[("core", Some(5000), Some(4999), Some(30_000))],
+            ),
+            (
+                &[
+                    ("X-RateLimit-Limit", "30"),
+                    ("X-RateLimit-Remaining", "0"),
+                    ("X-RateLimit-Reset", &epoch_in_30s),
+                    ("X-RateLimit-Resource", "Search"),
+                ],
+                &[("search", Some(30), Some(0), Some(30_000))],
+            ),
+            // -Used with -Limit gives remaining; more used than the limit is zero left.
+            (
+                &[("x-ratelimit-limit", "60"), ("x-ratelimit-used", "15")],
+                &[("api_key", Some(60), Some(45), None)],
+            ),
+            (
+                &[("x-ratelimit-limit", "60"), ("x-ratelimit-used", "75")],
+                &[("api_key", Some(60), Some(0), None)],
+            ),
+            // -Remaining wins over -Used.
+            (
+                &[
+                    ("x-ratelimit-limit", "60"),
+                    ("x-ratelimit-used", "15"),
+                    ("x-ratelimit-remaining", "2"),
+                ],
+                &[("api_key", Some(60), Some(2), None)],
+            ),
+            // X (Twitter) spelling, epoch reset.
+            (
+                &[
+                    ("x-rate-limit-limit", "15"),
+                    ("x-rate-limit-remaining", "0"),
+                    ("x-rate-limit-reset", &epoch_in_30s),
+                ],
+                &[("api_key", Some(15), Some(0), Some(30_000))],
+            ),
+            // Delta seconds, decimals, an epoch in the past (now), epoch ms, epoch fractions.
+            (
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "60")],
+                &[("api_key", None, Some(0), Some(60_000))],
+            ),
+            (
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "0.5")],
+                &[("api_key", None, Some(0), Some(500))],
+            ),
+            (
+                &[
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", &epoch_past),
+                ],
+                &[("api_key", None, Some(0), Some(0))],
+            ),
+            (
+                &[
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", &epoch_ms),
+                ],
+                &[("api_key", None, Some(0), Some(2_000))],
+            ),
+            (
+                &[("x-ratelimit-reset", &epoch_fraction)],
+                &[("api_key", None, None, Some(1_250))],
+            ),
+            // Discord's delta beats the instant.
+            (
+                &[
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", &epoch_in_30s),
+                    ("x-ratelimit-reset-after", "1.5"),
+                ],
+                &[("api_key", None, Some(0), Some(1_500))],
+            ),
+            // Repeated and listed values: the tightest binds.
+            (
+                &[
+                    ("x-ratelimit-remaining", "10"),
+                    ("X-RATELIMIT-REMAINING", "4"),
+                    ("x-ratelimit-limit", "100, 100;w=60"),
+                ],
+                &[("api_key", Some(100), Some(4), None)],
+            ),
+            // Garbage, negatives, huge numbers, timestamps (Jira's, read elsewhere).
+            (
+                &[
+                    ("x-ratelimit-limit", "-1"),
+                    (
+                        "x-ratelimit-remaining",
+                        "1234567890123456789012345678901234567890",
+                    ),
+                    ("x-ratelimit-reset", "soon"),
+                    ("x-ratelimit-used", "1e3"),
+                ],
+                &[],
+            ),
+            (
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "-5")],
+                &[("api_key", None, Some(0), None)],
+            ),
+            (
+                &[
+                    ("x-ratelimit-reset", "+1700000030"),
+                    ("x-ratelimit-limit", "0x10"),
+                ],
+                &[],
+            ),
+            (&[("x-ratelimit-reset", "99999999999999999999")], &[]),
+            (&[("x-ratelimit-reset", "4000000000")], &[]),
+            (&[("x-ratelimit-reset", "3000000")], &[]),
+            (&[("x-ratelimit-reset", "12.3.4")], &[]),
+            // A hostile resource name folds into the key.
+            (
+                &[
+                    ("x-ratelimit-remaining", "3"),
+                    ("x-ratelimit-resource", &"r".repeat(65)),
+                ],
+                &[("api_key", None, Some(3), None)],
+            ),
+        ];
+        for (headers, expected) in cases {
+            let got = rows(&signal(200, headers));
+            let expected: Vec<_> = expected
+                .iter()
+                .map(|(n, l, r, t)| (n.to_string(), *l, *r, *t))
+                .collect();
+            assert_eq!(got, expected, "{headers:?}");
+        }
+    }
+
+    #[test]
+    fn both_spellings_merge_into_one_scope() {
+        let s = signal(
+            200,
+            &[
+                ("x-rate-limit-remaining", "5"),
+                ("x-ratelimit-limit", "10"),
+                ("x-rate-limit-limit", "99"),
+            ],
+        );
+        assert_eq!(rows(&s), [("api_key".to_owned(), Some(10), Some(5), None)]);
+    }
+
+    #[test]
+    fn github_primary_and_secondary_limits_are_rejections() {
+        let reset = (NOW + 1800).to_string();
+        // Primary: 403, nothing remaining, reset half an hour away.
+        let primary = signal(
+            403,
+            &[
+                ("x-ratelimit-limit", "5000"),
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", &reset),
+                ("x-ratelimit-resource", "core"),
+            ],
+        );
+        assert!(primary.throttled);
+        let wait = primary.wait().unwrap();
+        assert_eq!(wait.delay, Duration::from_secs(1800));
+        assert_eq!(
+            (wait.source, wait.scope.as_deref()),
+            ("x-ratelimit", Some("core"))
+        );
+        // Secondary: 403 (or 429) with Retry-After while the primary has room.
+        for status in [403, 429] {
+            let secondary = signal(
+                status,
+                &[
+                    ("retry-after", "60"),
+                    ("x-ratelimit-remaining", "4000"),
+                    ("x-ratelimit-reset", &reset),
+                    ("x-ratelimit-resource", "core"),
+                ],
+            );
+            assert!(secondary.throttled, "{status}");
+            let wait = secondary.wait().unwrap();
+            assert_eq!(
+                (wait.delay, wait.source, wait.scope.as_deref()),
+                (Duration::from_secs(60), "retry-after", Some("core"))
+            );
+        }
+        // A 403 with room left and no Retry-After is a plain refusal.
+        assert!(!signal(403, &[("x-ratelimit-remaining", "4000")]).throttled);
+    }
+}
