@@ -689,7 +689,7 @@ fn transport_failure(error: TransportError, primary: &Arc<Scope>) -> Failed {
     }
 }
 
-/// "upstream answered 404: <start of body>".
+/// `upstream answered 404: {start of body}`.
 fn upstream_message(response: &http::Response<Bytes>) -> String {
     let body = String::from_utf8_lossy(response.body());
     let mut snippet: String = body.chars().take(MAX_ERROR_BODY).collect();

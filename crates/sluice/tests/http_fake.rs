@@ -10,7 +10,12 @@ use serde_json::json;
 use sluice::{Call, CredentialConfig, Defaults, Gate, GateConfig, Outcome, Reason, ToolConfig};
 use sluice_fake::{Config, FakeApi, FakeServer, Limits, Reply, RetryAfter, Rule};
 use support::http_executor::HttpExecutor;
+use tokio::sync::Mutex;
 use tokio::time::Instant;
+
+/// These tests measure request times over loopback: run them one at a time
+/// so that they do not add scheduling jitter to each other's measurements.
+static SERIAL: Mutex<()> = Mutex::const_new(());
 
 async fn fake(limits: Limits, retry_after: RetryAfter) -> FakeServer {
     let config = Config::new(limits).with_retry_after(retry_after);
@@ -41,6 +46,7 @@ fn search(q: &str) -> Call {
 /// Retry-After 0.2 s; five distinct calls go through the gate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn article_fanout_respects_the_window() {
+    let _serial = SERIAL.lock().await;
     let server = fake(
         Limits::new(3, Duration::from_millis(200)),
         RetryAfter::Fixed(Duration::from_millis(200)),
@@ -68,6 +74,7 @@ async fn article_fanout_respects_the_window() {
 /// once, not slept on, and the blocked scope sends nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_beyond_the_deadline_defers_without_sending() {
+    let _serial = SERIAL.lock().await;
     let server = fake(Limits::new(100, Duration::from_secs(1)), RetryAfter::Auto).await;
     server.api().script(Rule::next(
         Reply::new(http::StatusCode::TOO_MANY_REQUESTS).header(
@@ -114,6 +121,7 @@ async fn retry_after_beyond_the_deadline_defers_without_sending() {
 /// offered rather than what it would have accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_local_buckets_spend_twice_the_key() {
+    let _serial = SERIAL.lock().await;
     const R: usize = 5;
     let server = fake(Limits::new(1_000, Duration::from_secs(1)), RetryAfter::Auto).await;
     let one = gate(&server, "5/1s", Defaults::default());
@@ -139,7 +147,8 @@ async fn two_local_buckets_spend_twice_the_key() {
         })
         .max()
         .unwrap();
-    // Each gate keeps its own promise (at most R per window), so together
-    // they start 2R in one window: twice what the key allows.
-    assert_eq!(busiest, 2 * R, "{starts:?}");
+    // Each gate keeps its own promise (at most R per window of its own
+    // send times), so together they start 2R in one window: twice what the
+    // key allows. (Arrival jitter can add a request or two at the server.)
+    assert!(busiest >= 2 * R, "{starts:?}");
 }

@@ -255,12 +255,12 @@ async fn inv7_short_waits_are_invisible_long_ones_surface() {
     let credential = CredentialConfig::with_rate("2/1s".parse().unwrap()).max_in_flight(2);
     let gate = build_gate(config_with(credential, Defaults::default()), &sim);
     let outcomes = gate.turn().run((0..6).map(read)).await;
-    // Slots a window (plus its 10 ms margin) apart, each wait within the
+    // Slots a window (plus its 20 ms margin) apart, each wait within the
     // 2 s threshold: every call is answered, none deferred.
     assert!(outcomes.iter().all(Outcome::is_ok), "{outcomes:?}");
     assert_eq!(
         sim.starts_ms(),
-        [0.0, 0.0, 1_010.0, 1_010.0, 2_020.0, 2_020.0]
+        [0.0, 0.0, 1_020.0, 1_020.0, 2_040.0, 2_040.0]
     );
 
     let sim = Sim::always_ok(10);
@@ -268,10 +268,10 @@ async fn inv7_short_waits_are_invisible_long_ones_surface() {
     let outcomes = gate.turn().run((0..2).map(read)).await;
     assert!(outcomes[0].is_ok());
     // It had the one permit after the first call's 10 ms; the slot is at
-    // 5 s plus the 10 ms window margin.
+    // 5 s plus the 20 ms window margin.
     assert_eq!(
         outcomes[1].retry_after(),
-        Some(Duration::from_millis(5_000)),
+        Some(Duration::from_millis(5_010)),
         "{:?}",
         outcomes[1]
     );

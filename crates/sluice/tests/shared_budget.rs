@@ -45,13 +45,13 @@ async fn two_processes_spend_one_rate() {
         .collect();
     assert_eq!(outcomes.len(), 24);
     let starts = sim.starts_ms();
-    // Between them: 5 now and 5 a window (plus its 10 ms margin) later; the
+    // Between them: 5 now and 5 a window (plus its 20 ms margin) later; the
     // next window starts past the 2 s inline threshold, so the other 14
     // calls are deferred, not sent.
     assert_eq!(
         starts,
         [
-            0.0, 0.0, 0.0, 0.0, 0.0, 1_010.0, 1_010.0, 1_010.0, 1_010.0, 1_010.0
+            0.0, 0.0, 0.0, 0.0, 0.0, 1_020.0, 1_020.0, 1_020.0, 1_020.0, 1_020.0
         ]
     );
     assert_eq!(
