@@ -89,10 +89,24 @@ impl Default for Defaults {
 }
 
 /// One credential's limits.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CredentialConfig {
-    /// At most N starts in any window W; `None`: only the server's signals limit it.
+    /// At most N starts in any window W; `None`: only the server's signals
+    /// limit it (and `auto_rate`, if set). With `auto_rate` it is the ceiling.
     pub rate: Option<Rate>,
+    /// `rate = "auto"`: probe for the server's limit (see [`crate::adapt`]).
+    pub auto_rate: bool,
+    /// Adopt a lower rate the server states in a policy header (default on).
+    pub learn: bool,
+    /// The window of limits servers report without one (`X-RateLimit-Limit`:
+    /// GitHub documents an hour), so that they can be learned.
+    pub policy_window: Option<Duration>,
+    /// Leave this much of each server window to the key's other users: stop
+    /// spending when the server's reported remaining falls to it.
+    pub reserve: Option<Reserve>,
+    /// `max_in_flight = "auto"`: follow rate x smoothed latency, with
+    /// `max_in_flight` (default 64) as the bound.
+    pub auto_concurrency: bool,
     /// Set: GCRA token-bucket semantics with this burst instead of the exact window.
     pub burst: Option<u32>,
     /// Requests in flight at once; default from Little's law (rate x latency, at least 1).
@@ -105,7 +119,78 @@ pub struct CredentialConfig {
     pub shared: bool,
 }
 
+impl Default for CredentialConfig {
+    fn default() -> Self {
+        CredentialConfig {
+            rate: None,
+            auto_rate: false,
+            learn: true,
+            policy_window: None,
+            reserve: None,
+            auto_concurrency: false,
+            burst: None,
+            max_in_flight: None,
+            queue: None,
+            expected_latency: None,
+            shared: false,
+        }
+    }
+}
+
+/// Headroom left on a shared key: a number of requests, or a share of the
+/// server's stated limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reserve {
+    /// Stop when this many remain.
+    Requests(u64),
+    /// Stop when this share of the limit remains (0 to 1).
+    Fraction(f64),
+}
+
+impl Reserve {
+    /// The requests to leave, for a window of `limit` requests.
+    pub fn of(self, limit: Option<u64>) -> u64 {
+        match self {
+            Reserve::Requests(n) => n,
+            // Rounded up: leaving a fraction of a request leaves one.
+            Reserve::Fraction(share) => {
+                limit.map_or(0, |limit| (limit as f64 * share).ceil() as u64)
+            }
+        }
+    }
+}
+
 impl CredentialConfig {
+    /// Probes for the server's limit (`rate = "auto"`); a set `rate` stays the ceiling.
+    pub fn auto_rate(mut self) -> Self {
+        self.auto_rate = true;
+        self
+    }
+
+    /// Lets the concurrency cap follow rate x latency, up to `max_in_flight`.
+    pub fn auto_concurrency(mut self) -> Self {
+        self.auto_concurrency = true;
+        self
+    }
+
+    /// Sets the headroom left to the key's other users.
+    pub fn reserve(mut self, reserve: Reserve) -> Self {
+        self.reserve = Some(reserve);
+        self
+    }
+
+    /// Turns learning stated policies on or off.
+    pub fn learn(mut self, learn: bool) -> Self {
+        self.learn = learn;
+        self
+    }
+
+    /// Sets the window assumed for limits reported without one.
+    pub fn policy_window(mut self, window: Duration) -> Self {
+        self.policy_window = Some(window);
+        self
+    }
+
     /// A credential limited to `rate`.
     pub fn with_rate(rate: Rate) -> Self {
         CredentialConfig {
@@ -283,14 +368,21 @@ impl Defaults {
 pub(crate) struct Limits {
     /// The rate as configured (and shown).
     pub(crate) rate: Option<Rate>,
-    /// The rate the cells enforce: the configured window plus the margin.
-    pub(crate) enforced: Option<Rate>,
     pub(crate) burst: Option<NonZeroU32>,
     pub(crate) max_in_flight: u32,
     pub(crate) queue: u32,
     pub(crate) expected_latency: Duration,
     pub(crate) shared: bool,
+    pub(crate) margin: Duration,
+    pub(crate) learn: bool,
+    pub(crate) policy_window: Option<Duration>,
+    pub(crate) reserve: Option<Reserve>,
+    pub(crate) auto_rate: bool,
+    pub(crate) auto_concurrency: bool,
 }
+
+/// The concurrency bound of `max_in_flight = "auto"` when none is configured.
+const AUTO_IN_FLIGHT_BOUND: u32 = 64;
 
 /// Concurrency for a credential with no rate and no explicit cap.
 const UNRATED_IN_FLIGHT: u32 = 8;
@@ -318,7 +410,22 @@ impl CredentialConfig {
                 "must be longer than zero",
             ));
         }
+        if let Some(Reserve::Fraction(share)) = self.reserve
+            && !(0.0..1.0).contains(&share)
+        {
+            return Err(ConfigError::new(
+                field("reserve"),
+                "a share must be at least 0% and below 100%",
+            ));
+        }
+        if self.policy_window.is_some_and(|w| w.is_zero()) {
+            return Err(ConfigError::new(
+                field("policy_window"),
+                "must be longer than zero",
+            ));
+        }
         let max_in_flight = match self.max_in_flight {
+            None if self.auto_concurrency => AUTO_IN_FLIGHT_BOUND,
             Some(0) => {
                 return Err(ConfigError::new(
                     field("max_in_flight"),
@@ -333,14 +440,17 @@ impl CredentialConfig {
         let queue = self.queue.unwrap_or(max_in_flight.saturating_mul(4));
         Ok(Limits {
             rate: self.rate,
-            enforced: self
-                .rate
-                .map(|rate| with_margin(rate, defaults.window_margin)),
             burst,
             max_in_flight,
             queue,
             expected_latency,
             shared: self.shared,
+            margin: defaults.window_margin,
+            learn: self.learn,
+            policy_window: self.policy_window,
+            reserve: self.reserve,
+            auto_rate: self.auto_rate,
+            auto_concurrency: self.auto_concurrency,
         })
     }
 }
@@ -353,7 +463,9 @@ pub(crate) fn with_margin(rate: Rate, margin: Duration) -> Rate {
 
 /// Little's law: concurrency = arrival rate x time in system, at least 1.
 pub(crate) fn littles_law(rate: Rate, latency: Duration) -> u32 {
-    let concurrency = (rate.per_sec() * latency.as_secs_f64()).ceil();
+    // Rounded to hundredths first: a smoothed latency approaches its value
+    // from one side and never lands on it, and 2.000001 must not become 3.
+    let concurrency = ((rate.per_sec() * latency.as_secs_f64() * 100.0).round() / 100.0).ceil();
     if concurrency >= f64::from(u32::MAX) {
         u32::MAX
     } else {

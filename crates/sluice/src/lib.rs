@@ -53,6 +53,7 @@
 //! assert!(outcomes.iter().all(Outcome::is_ok));
 //! # });
 //! ```
+pub mod adapt;
 mod call;
 mod canonical;
 mod coalesce;
@@ -71,7 +72,7 @@ pub mod signal;
 mod turn;
 
 pub use call::{Call, Completion, Route};
-pub use config::{ConfigError, CredentialConfig, Defaults, GateConfig, ToolConfig};
+pub use config::{ConfigError, CredentialConfig, Defaults, GateConfig, Reserve, ToolConfig};
 pub use executor::{Executor, FnExecutor, Payload, Request, TransportError, executor_fn};
 pub use gate::{Gate, GateBuilder};
 pub use observe::{Event, Observer, WaitKind};

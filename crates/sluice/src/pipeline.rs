@@ -1,5 +1,6 @@
 //! The call pipeline of DESIGN.md, steps 1 to 9, in that order.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -7,6 +8,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::Rate;
 use crate::call::{Call, Completion, Route};
 use crate::executor::{Executor, Payload, Request, TransportError};
 use crate::gate::{Credential, Inner};
@@ -14,9 +16,9 @@ use crate::limiter::{Micros, NotUntil, Reservation, micros};
 use crate::observe::{Event, WaitKind};
 use crate::outcome::{Outcome, Reason, body_value};
 use crate::retry::{Failure, full_jitter};
-use crate::scope::Scope;
+use crate::scope::{Adapted, Scope};
 use crate::shared::{Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit};
-use crate::signal::{self, Signal};
+use crate::signal::{self, ScopeSignal, Signal};
 use crate::turn::TurnShared;
 
 /// Longest upstream body quoted in an error outcome's message.
@@ -177,6 +179,8 @@ impl<E: Executor> Inner<E> {
 
             // Step 6: send with the remaining deadline.
             let sent_at = Instant::now();
+            let started = self.now();
+            primary.on_send(started);
             if attempt == 0 {
                 lock(&job.credential.retry).record_request(self.now());
             }
@@ -205,10 +209,14 @@ impl<E: Executor> Inner<E> {
                 }
                 Ok(Ok(response)) => {
                     self.observe_request(job, Some(response.status().as_u16()), latency);
-                    primary.record_latency(latency);
+                    if let Some(cap) = primary.record_latency(latency) {
+                        tracing::debug!(scope = %primary.name, cap, latency_ms = latency.as_millis() as u64, "concurrency cap follows rate x latency");
+                    }
                     let signal =
                         signal::read(response.status(), response.headers(), SystemTime::now());
                     let blamed = self.learn(job, &signal);
+                    let adapted = primary.on_response(started, self.now(), signal.throttled);
+                    self.log_adapted(&primary, &adapted, "auto");
                     match self.classify(response, &signal, blamed) {
                         Ok(completion) => return completion,
                         Err(failed) => failed,
@@ -414,11 +422,12 @@ impl<E: Executor> Inner<E> {
     ) -> Result<(Micros, Grant), Outcome> {
         let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
         let limits = &job.credential.limits;
+        let enforced = scopes.first().and_then(|primary| primary.enforced());
         let now = self.now();
         let request = ReserveRequest {
             credential: &job.credential.name,
             scopes: &names,
-            limit: limits.enforced.map(|rate| SharedLimit {
+            limit: enforced.map(|rate| SharedLimit {
                 rate,
                 burst: limits.burst,
             }),
@@ -478,15 +487,28 @@ impl<E: Executor> Inner<E> {
         let now = self.now();
         let credential = job.credential;
         let quota_after = micros(self.defaults.quota_after);
+        let limits = &credential.limits;
         for report in &signal.scopes {
             let scope = self.scope_for(credential, &job.call.tool, &report.name, now);
+            if limits.learn
+                && let Some(stated) = stated_policy(report, limits.policy_window)
+            {
+                let adapted = scope.learn(stated);
+                self.log_adapted(&scope, &adapted, report.source);
+            }
             if let (Some(remaining), Some(reset)) = (report.remaining, report.reset) {
-                scope.sync(remaining, now + micros(reset), now);
                 let long = report.is_spent_long_window()
                     || (remaining == 0 && micros(reset) > quota_after);
+                // Headroom: what the key's other users are left is not ours to spend.
+                let reserve = limits.reserve.map_or(0, |reserve| reserve.of(report.limit));
+                let ours = remaining.saturating_sub(reserve);
+                scope.sync(ours, now + micros(reset), now);
                 if long {
                     self.exhaust(credential, &scope, reset, now);
-                } else if remaining == 0 {
+                } else if ours == 0 {
+                    if remaining > 0 {
+                        tracing::debug!(scope = %scope.name, remaining, reserve, "leaving the rest of the window to the key's other users");
+                    }
                     self.share_block(credential, &scope, reset, Hold::Blocked);
                 }
             }
@@ -510,6 +532,17 @@ impl<E: Executor> Inner<E> {
             return scope;
         }
         blamed
+    }
+
+    /// Says, at debug level, what a scope changed about itself and why.
+    fn log_adapted(&self, scope: &Scope, adapted: &Adapted, why: &str) {
+        if let Some(rate) = &adapted.rate {
+            let rate = rate.map_or_else(|| "none".to_owned(), |rate| rate.to_string());
+            tracing::debug!(credential = %scope.credential, scope = %scope.name, %rate, why, "rate in force changed");
+        }
+        if let Some(cap) = adapted.cap {
+            tracing::debug!(credential = %scope.credential, scope = %scope.name, cap, why, "concurrency cap changed");
+        }
     }
 
     /// Tells the other processes on a shared credential what this one learned.
@@ -667,6 +700,17 @@ fn reserve_all(
         refund_all(&taken);
     }
     Err((latest, NotUntil(not_before)))
+}
+
+/// The request rate a report states, if it states one: a limit with a
+/// window (its own, or the credential's `policy_window` for headers that
+/// never say). Token budgets are not request rates.
+fn stated_policy(report: &ScopeSignal, policy_window: Option<Duration>) -> Option<Rate> {
+    if report.name.contains("token") {
+        return None;
+    }
+    let count = NonZeroU32::new(u32::try_from(report.limit?).ok()?)?;
+    Rate::new(count, report.window.or(policy_window)?)
 }
 
 fn refund_all(held: &Held) {

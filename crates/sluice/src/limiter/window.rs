@@ -70,13 +70,21 @@ impl SlidingWindow {
     }
 
     /// Treats the window as full, draining at the steady rate from `until`:
-    /// one start may go at `until`, the next one interval later, and so on.
-    /// Real starts already logged stay, so the promise still covers them.
+    /// the window ending at `until` is topped up to N starts with virtual
+    /// ones, placed one interval apart at its end, so the next starts come
+    /// one interval apart. Real starts already logged stay (the promise
+    /// still covers them) and count towards the N.
     pub fn restart_empty(&mut self, until: Micros) {
         let interval = self.window / self.count as Micros;
-        let first = until.saturating_sub(self.window);
-        for k in 0..self.count as Micros {
-            self.charge(first.saturating_add(k * interval));
+        let from = until.saturating_sub(self.window);
+        let logged = self
+            .starts
+            .iter()
+            .filter(|&&start| start > from && start <= until)
+            .count();
+        // The k-th virtual start leaves the window at `until + k·interval`.
+        for k in logged..self.count {
+            self.charge(from.saturating_add(k as Micros * interval));
         }
     }
 
@@ -143,6 +151,22 @@ mod tests {
             starts.push(at);
         }
         assert_eq!(starts, [2_000_000, 2_250_000, 2_500_000, 2_750_000]);
+    }
+
+    #[test]
+    fn restart_empty_tops_up_and_does_not_double_count() {
+        let mut w = window("4/1s");
+        // Two real starts in the window ending at 2 s: two virtual ones fill it.
+        w.charge(1_200_000);
+        w.charge(1_300_000);
+        w.restart_empty(2_000_000);
+        let at = w.earliest(2_000_000, 0);
+        w.charge(at);
+        assert_eq!(
+            at, 2_200_000,
+            "the oldest real start leaves the window first"
+        );
+        assert_eq!(w.earliest(2_000_000, 0), 2_300_000);
     }
 
     #[test]

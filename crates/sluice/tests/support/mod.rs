@@ -13,6 +13,7 @@ use sluice::{
 };
 use tokio::time::Instant;
 
+pub mod fake_executor;
 pub mod http_executor;
 
 /// One request the simulated server received.

@@ -15,6 +15,10 @@ pub(super) const PROFILE: Profile = Profile {
     read,
 };
 
+/// OpenAI's limits are per minute (requests per minute, tokens per minute),
+/// so a stated limit can be learned as a rate.
+const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Each scope and the header whose reset decides its wait.
 const SCOPES: [(&str, &str); 2] = [
     ("requests", "x-ratelimit-reset-requests"),
@@ -31,6 +35,7 @@ fn read(fields: &Fields<'_>, _clock: &ResponseClock, signal: &mut Signal) {
             parse_integer,
         );
         report.reset = values::latest(fields, source, go_duration::parse);
+        report.window = report.limit.map(|_| WINDOW);
         signal.add_scope(report);
     }
 }

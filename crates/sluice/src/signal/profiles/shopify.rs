@@ -38,6 +38,9 @@ fn read(fields: &Fields<'_>, _clock: &ResponseClock, signal: &mut Signal) {
         report.remaining = Some(capacity.saturating_sub(used));
         // An empty bucket has nothing to leak.
         report.reset = (used > 0).then_some(SLOT_LEAK);
+        // A full bucket drains in capacity x leak time: as a window, the
+        // stated policy is `capacity` per that long (40 per 20 s = 2/s).
+        report.window = Some(SLOT_LEAK * u32::try_from(capacity).unwrap_or(u32::MAX));
         signal.add_scope(report);
     }
 }
