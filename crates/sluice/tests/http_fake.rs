@@ -152,3 +152,51 @@ async fn two_local_buckets_spend_twice_the_key() {
     // key allows. (Arrival jitter can add a request or two at the server.)
     assert!(busiest >= 2 * R, "{starts:?}");
 }
+
+/// `rate = "auto"` over real loopback HTTP: it finds a 10/s limit it was
+/// never told, and keeps most of the key's rate without hammering it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_rate_finds_an_unknown_limit() {
+    let _serial = SERIAL.lock().await;
+    let server = fake(Limits::new(10, Duration::from_secs(1)), RetryAfter::Auto).await;
+    let config = GateConfig::default()
+        .credential("support", CredentialConfig::default().auto_rate())
+        .tool("search_tickets", ToolConfig::read("support"));
+    let gate = Gate::builder(config, HttpExecutor::new(&server.url(), "Bearer auto"))
+        .seed(5)
+        .build()
+        .unwrap();
+
+    // Offer 25 calls a second for 8 seconds.
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0..200 {
+        let gate = gate.clone();
+        calls.spawn(async move {
+            gate.call(search(&format!("q{n}")).deadline(Duration::from_secs(3)))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    while calls.join_next().await.is_some() {}
+
+    let records = server.api().requests();
+    let throttled = records.iter().filter(|r| r.status == 429).count();
+    assert!(throttled >= 1, "it probed up to the limit");
+    assert!(
+        (throttled as f64) < 0.1 * records.len() as f64,
+        "{throttled} of {} throttled",
+        records.len()
+    );
+    let end = records.iter().map(|r| r.t_ms).fold(0.0, f64::max);
+    let late_ok = records
+        .iter()
+        .filter(|r| r.status == 200 && r.t_ms > end - 3_000.0)
+        .count();
+    assert!(
+        late_ok >= 21,
+        "kept at least 70% of 10/s in the last 3 s: {late_ok}"
+    );
+    let status = gate.status();
+    let auto = status[0].auto_rate.as_ref().unwrap();
+    assert_ne!(auto.phase, "slow_start", "{auto:?}");
+}
