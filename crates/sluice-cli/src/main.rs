@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod demo;
 mod fake_api;
 mod inspect;
+mod serve;
 
 /// Backpressure for AI agents' parallel tool calls.
 #[derive(Debug, Parser)]
@@ -24,6 +25,8 @@ enum Command {
     FakeApi(fake_api::Args),
     /// Explain what sluice makes of an HTTP response head (a file or standard input).
     Inspect(inspect::Args),
+    /// Serve the sidecar: POST /v1/turns, a per-credential proxy, status and metrics.
+    Serve(serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Demo(args) => demo::run(args).await,
             Command::FakeApi(args) => fake_api::run(args).await,
             Command::Inspect(args) => inspect::run(args),
+            Command::Serve(args) => serve::run(args).await,
         }
     })
 }

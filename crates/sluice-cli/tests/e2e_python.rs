@@ -1,0 +1,33 @@
+//! The cross-language end-to-end tests: Python (standard library only)
+//! drives `sluice fake-api` and `sluice serve` as processes over HTTP and
+//! asserts on the fake's recorded request times and counts. Run here so
+//! that the README's one test command runs them too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+fn python(script: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = Command::new("python3")
+        .arg(root.join(script))
+        .arg(env!("CARGO_BIN_EXE_sluice"))
+        .current_dir(&root)
+        .output()
+        .expect("python3 is on PATH (the test suite needs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{script} failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+    assert!(
+        stdout.contains("passed"),
+        "{script} reported nothing: {stdout}"
+    );
+}
+
+#[test]
+fn sidecar_from_python() {
+    python("tests/e2e/test_sidecar.py");
+}

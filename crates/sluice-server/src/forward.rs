@@ -1,0 +1,210 @@
+//! The forwarding rules: which headers cross the sidecar, how an upstream URL
+//! is built below a credential's base URL, and which paths are refused.
+
+use http::header::{self, HeaderMap, HeaderName};
+use percent_encoding::percent_decode_str;
+use reqwest::Url;
+
+/// Headers that belong to one connection, not to the message (RFC 9110 §7.6.1),
+/// plus the legacy ones proxies also drop.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Our own request headers (`x-sluice-deadline-ms`, ...): never forwarded.
+pub(crate) const SLUICE_PREFIX: &str = "x-sluice-";
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
+}
+
+/// Headers the sidecar sets itself, so neither a client nor a credential's
+/// `auth_header` may choose them.
+pub(crate) fn is_reserved_request_header(name: &HeaderName) -> bool {
+    is_hop_by_hop(name)
+        || name == header::HOST
+        || name == header::CONTENT_LENGTH
+        || name == header::EXPECT
+        || name.as_str().starts_with(SLUICE_PREFIX)
+}
+
+/// Names listed in `Connection` are hop-by-hop for this message too.
+fn connection_listed(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// The end-to-end headers of a proxied request: without hop-by-hop headers,
+/// `Host`, our `x-sluice-*`, any `Authorization` and the credential's own
+/// auth header (the sidecar injects the secret there).
+pub(crate) fn request_headers(incoming: &HeaderMap, auth_header: &HeaderName) -> HeaderMap {
+    let listed = connection_listed(incoming);
+    let mut headers = HeaderMap::with_capacity(incoming.len());
+    for (name, value) in incoming {
+        let drop = is_reserved_request_header(name)
+            || name == header::AUTHORIZATION
+            || name == auth_header
+            || listed.iter().any(|listed| listed == name.as_str());
+        if !drop {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    headers
+}
+
+/// An upstream response's headers as the client gets them: without
+/// hop-by-hop headers (the sidecar's own connection sets those).
+pub(crate) fn response_headers(upstream: &HeaderMap) -> HeaderMap {
+    let listed = connection_listed(upstream);
+    let mut headers = HeaderMap::with_capacity(upstream.len());
+    for (name, value) in upstream {
+        let drop = is_hop_by_hop(name) || listed.iter().any(|listed| listed == name.as_str());
+        if !drop {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    headers
+}
+
+/// True when a path could climb above where it is joined: a `..` segment,
+/// plain or percent-encoded (any case, even encoded twice), separated by `/`
+/// or `\`, or as Tomcat's `..;`.
+pub(crate) fn climbs(path: &str) -> bool {
+    let mut text = path.to_owned();
+    // Each round undoes one layer of percent-encoding; four cover any
+    // plausible double or triple encoding, and more layers are refused.
+    for _ in 0..4 {
+        let has_dot_dot = text
+            .split(['/', '\\'])
+            .any(|segment| segment == ".." || segment.starts_with("..;"));
+        if has_dot_dot {
+            return true;
+        }
+        let decoded = percent_decode_str(&text).decode_utf8_lossy().into_owned();
+        if decoded == text {
+            return false;
+        }
+        text = decoded;
+    }
+    true
+}
+
+/// Why a request cannot be pointed at its credential's base URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the path {0:?} would leave the credential's base URL")]
+pub(crate) struct LeavesBase(pub(crate) String);
+
+/// `path` (starting with `/`) and `query` below `base`'s path, on `base`'s
+/// origin and nowhere else.
+pub(crate) fn join(base: &Url, path: &str, query: Option<&str>) -> Result<Url, LeavesBase> {
+    if climbs(path) {
+        return Err(LeavesBase(path.to_owned()));
+    }
+    let base_path = base.path().trim_end_matches('/');
+    let mut url = base.clone();
+    url.set_path(&format!("{base_path}{path}"));
+    url.set_query(query);
+    // Defence in depth: whatever the path held, the origin and the base
+    // path are what the configuration says.
+    let below = url.path().starts_with(&format!("{base_path}/"));
+    if url.origin() != base.origin() || !below {
+        return Err(LeavesBase(path.to_owned()));
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    #[test]
+    fn dot_dot_is_found_in_every_disguise() {
+        for bad in [
+            "/..",
+            "/a/../b",
+            "/a/..",
+            "/%2e%2e/x",
+            "/%2E%2e/x",
+            "/.%2E/x",
+            "/%2e./x",
+            "/a%2f..%2fb",
+            "/a%2F%2E%2E%2Fb",
+            "/%252e%252e/x",
+            "/%25252e%25252e/x",
+            "/a\\..\\b",
+            "/a%5c..%5cb",
+            "/..;/admin",
+        ] {
+            assert!(climbs(bad), "{bad:?}");
+        }
+        for fine in [
+            "/a/b",
+            "/a/..b",
+            "/a/b..",
+            "/.well-known/x",
+            "/a/./b",
+            "/%2e",
+        ] {
+            assert!(!climbs(fine), "{fine:?}");
+        }
+    }
+
+    #[test]
+    fn joins_below_the_base_path_only() {
+        let base = Url::parse("http://127.0.0.1:9000/api/").unwrap();
+        let url = join(&base, "/v2/search.json", Some("q=a%26b")).unwrap();
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:9000/api/v2/search.json?q=a%26b"
+        );
+        let root = Url::parse("http://127.0.0.1:9000").unwrap();
+        assert_eq!(
+            join(&root, "//evil.example/x", None).unwrap().as_str(),
+            "http://127.0.0.1:9000//evil.example/x"
+        );
+        assert_eq!(
+            join(&root, "/a?b#c", None).unwrap().as_str(),
+            "http://127.0.0.1:9000/a%3Fb%23c"
+        );
+        assert!(join(&base, "/../admin", None).is_err());
+        assert!(join(&base, "/%2e%2e/admin", None).is_err());
+    }
+
+    #[test]
+    fn strips_credentials_hop_by_hop_and_our_own_headers() {
+        let mut incoming = HeaderMap::new();
+        for (name, value) in [
+            ("authorization", "Bearer client-token"),
+            ("x-api-key", "client-key"),
+            ("host", "sidecar"),
+            ("connection", "keep-alive, x-private"),
+            ("x-private", "1"),
+            ("transfer-encoding", "chunked"),
+            ("x-sluice-deadline-ms", "100"),
+            ("content-length", "3"),
+            ("accept", "application/json"),
+            ("x-request-id", "r1"),
+        ] {
+            incoming.append(name, HeaderValue::from_static(value));
+        }
+        let forwarded = request_headers(&incoming, &HeaderName::from_static("x-api-key"));
+        let names: Vec<&str> = forwarded.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["accept", "x-request-id"]);
+    }
+}

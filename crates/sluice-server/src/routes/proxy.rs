@@ -1,0 +1,194 @@
+//! `ANY /proxy/{credential}/{*path}`: a plain HTTP request forwarded to the
+//! credential's base URL through the gate; the upstream response comes back
+//! as is, sluice's own refusals as 429 or 504 with the outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use percent_encoding::percent_decode_str;
+use sluice::{Call, Completion, Outcome, Route};
+
+use super::error::ApiError;
+use super::limit::read_body;
+use crate::forward;
+use crate::payload::{HttpRequest, Outbound};
+use crate::state::AppState;
+
+/// The call's deadline in milliseconds (else the configured default).
+pub const DEADLINE_HEADER: &str = "x-sluice-deadline-ms";
+/// Requests carrying the same value share one turn (single-flight, cache).
+pub const TURN_HEADER: &str = "x-sluice-turn-id";
+/// On every proxy response: the call's outcome status.
+pub const OUTCOME_HEADER: &str = "x-sluice-outcome";
+/// On sluice's 429: why (`throttled`, `shed`, `budget`, `turn_budget`, `quota_exhausted`).
+pub const REASON_HEADER: &str = "x-sluice-reason";
+/// On sluice's 429: the scope that deferred the call.
+pub const SCOPE_HEADER: &str = "x-sluice-scope";
+
+const PREFIX: &str = "/proxy/";
+/// Longest accepted turn id.
+const MAX_TURN_ID: usize = 256;
+
+pub(crate) async fn forward(State(state): State<AppState>, request: Request) -> Response {
+    match proxy(&state, request).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let inner = &state.inner;
+    let (parts, body) = request.into_parts();
+    // The raw path, as the client encoded it: nothing is decoded before the checks.
+    let rest = parts.uri.path().strip_prefix(PREFIX).unwrap_or_default();
+    let (credential_raw, path) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, "/"),
+    };
+    let credential = percent_decode_str(credential_raw).decode_utf8_lossy();
+    let Some(upstream) = inner.config.credentials.get(credential.as_ref()) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown credential {credential:?}"),
+        ));
+    };
+    if forward::climbs(path) {
+        return Err(ApiError::bad_request(
+            "the path must not contain '..' segments, plain or percent-encoded",
+        ));
+    }
+    let deadline = deadline(&parts.headers)?.map(|d| inner.cap_deadline(d));
+    let turn_id = turn_id(&parts.headers)?;
+    let body = read_body(body, inner.config.server.max_body).await?;
+    let url = forward::join(&upstream.base_url, path, parts.uri.query())
+        .map_err(|error| ApiError::bad_request(error.to_string()))?;
+    let headers = forward::request_headers(&parts.headers, &upstream.auth_header);
+
+    let method = parts.method;
+    let read = matches!(method, Method::GET | Method::HEAD);
+    // RFC 9110 §9.2.2 idempotent methods, or a write the server deduplicates.
+    let idempotent = read
+        || matches!(method, Method::PUT | Method::DELETE | Method::OPTIONS)
+        || headers.contains_key("idempotency-key");
+    let route = Route {
+        credential: credential.clone().into_owned(),
+        read,
+        idempotent,
+        deadline: None,
+    };
+    let label = inner.proxy_label(&credential, path);
+    let outbound = Outbound::Proxy(HttpRequest {
+        method: method.clone(),
+        url,
+        headers,
+        body,
+    });
+    let mut call = Call::routed(&label, route, outbound);
+    if let Some(deadline) = deadline {
+        call = call.deadline(deadline);
+    }
+    let lease = inner.turns.lease(turn_id.as_deref(), &inner.gate);
+    let completion = lease.turn.complete(call).await;
+    Ok(respond(completion, &method))
+}
+
+fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
+    let Some(value) = headers.get(DEADLINE_HEADER) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(|ms| Some(Duration::from_millis(ms)))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "{DEADLINE_HEADER}: must be a whole number of milliseconds, at least 1"
+            ))
+        })
+}
+
+fn turn_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(TURN_HEADER) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .filter(|id| !id.is_empty() && id.len() <= MAX_TURN_ID)
+        .map(|id| Some(id.to_owned()))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "{TURN_HEADER}: must be 1 to {MAX_TURN_ID} bytes of visible ASCII"
+            ))
+        })
+}
+
+/// The client's answer: the upstream response as is when there is one to
+/// give, else sluice's own 429 (deferred), 504 (deadline) or 502 (no response).
+fn respond(completion: Completion, method: &Method) -> Response {
+    let outcome = completion.outcome;
+    let mut response = match (&outcome, completion.response) {
+        (Outcome::Ok { .. } | Outcome::Error { .. }, Some(upstream)) => {
+            passthrough(&upstream, method)
+        }
+        (Outcome::RateLimited { reason, scope, .. }, _) => {
+            throttled(&outcome, reason.as_str(), scope)
+        }
+        (Outcome::QuotaExhausted { scope, .. }, _) => throttled(&outcome, "quota_exhausted", scope),
+        (Outcome::TimedOut { .. }, _) => {
+            (StatusCode::GATEWAY_TIMEOUT, Json(&outcome)).into_response()
+        }
+        _ => (StatusCode::BAD_GATEWAY, Json(&outcome)).into_response(),
+    };
+    response.headers_mut().insert(
+        HeaderName::from_static(OUTCOME_HEADER),
+        HeaderValue::from_static(outcome.status()),
+    );
+    response
+}
+
+fn passthrough(upstream: &Arc<http::Response<Bytes>>, method: &Method) -> Response {
+    let mut headers = forward::response_headers(upstream.headers());
+    // The body is the upstream's bytes as received, but let the server frame
+    // it; a HEAD answer keeps the length of the body it did not send.
+    if *method != Method::HEAD {
+        headers.remove(CONTENT_LENGTH);
+    }
+    let mut response = Response::new(Body::from(upstream.body().clone()));
+    *response.status_mut() = upstream.status();
+    *response.headers_mut() = headers;
+    response
+}
+
+/// 429 with the outcome, `Retry-After` in whole seconds (rounded up, at
+/// least 1) and the exact wait in `retry-after-ms`.
+fn throttled(outcome: &Outcome, reason: &'static str, scope: &str) -> Response {
+    let wait_ms = outcome.retry_after().map_or(1, |wait| {
+        u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
+    });
+    let seconds = wait_ms.div_ceil(1_000).max(1);
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(outcome)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
+    headers.insert(
+        HeaderName::from_static("retry-after-ms"),
+        HeaderValue::from(wait_ms),
+    );
+    headers.insert(
+        HeaderName::from_static(REASON_HEADER),
+        HeaderValue::from_static(reason),
+    );
+    if let Ok(scope) = HeaderValue::from_str(scope) {
+        headers.insert(HeaderName::from_static(SCOPE_HEADER), scope);
+    }
+    response
+}

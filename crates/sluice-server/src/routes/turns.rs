@@ -1,0 +1,210 @@
+//! `POST /v1/turns`: a turn's tool calls in, exactly one outcome per call out, in order.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::future::join_all;
+use http::HeaderValue;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
+use serde::{Deserialize, Serialize};
+use serde_json::error::Category;
+use serde_json::{Map, Value};
+use sluice::{Call, Outcome};
+
+use super::error::ApiError;
+use super::limit::read_body;
+use crate::forward;
+use crate::payload::{HttpRequest, Outbound};
+use crate::state::{AppState, Inner};
+
+/// Most calls one request may carry: a turn is a model step, not a batch job.
+pub(crate) const MAX_CALLS: usize = 1_024;
+/// Longest accepted `turn_id`.
+const MAX_TURN_ID: usize = 256;
+/// The `tool` label of calls naming no configured tool.
+const UNKNOWN_TOOL: &str = "unknown";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TurnRequest {
+    turn_id: Option<String>,
+    calls: Vec<CallRequest>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallRequest {
+    id: String,
+    tool: String,
+    #[serde(default)]
+    args: Value,
+    deadline_ms: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct CallResult<'a> {
+    id: &'a str,
+    #[serde(flatten)]
+    outcome: &'a Outcome,
+}
+
+#[derive(Debug, Serialize)]
+struct TurnResponse<'a> {
+    results: Vec<CallResult<'a>>,
+}
+
+pub(crate) async fn run_turn(State(state): State<AppState>, request: Request) -> Response {
+    let max = state.inner.config.server.max_body;
+    let body = match read_body(request.into_body(), max).await {
+        Ok(body) => body,
+        Err(error) => return error.into_response(),
+    };
+    let turn = match parse(&body) {
+        Ok(turn) => turn,
+        Err(error) => return error.into_response(),
+    };
+    let inner = &state.inner;
+    let lease = inner.turns.lease(turn.turn_id.as_deref(), &inner.gate);
+    let outcomes = join_all(turn.calls.iter().map(|call| {
+        let engine_turn = &lease.turn;
+        async move {
+            match prepare(inner, call) {
+                Ok(prepared) => engine_turn.complete(prepared).await.outcome,
+                Err(outcome) => outcome,
+            }
+        }
+    }))
+    .await;
+    tracing::debug!(
+        calls = turn.calls.len(),
+        shared_turn = turn.turn_id.is_some(),
+        "turn answered"
+    );
+    let results = turn
+        .calls
+        .iter()
+        .zip(&outcomes)
+        .map(|(call, outcome)| CallResult {
+            id: &call.id,
+            outcome,
+        })
+        .collect();
+    Json(TurnResponse { results }).into_response()
+}
+
+/// The request, checked as a whole: malformed JSON, unknown fields, an
+/// empty or oversized call list, duplicate ids and bad turn ids are 400s.
+fn parse(body: &Bytes) -> Result<TurnRequest, ApiError> {
+    // serde would take a struct from an array too; a turn is an object.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::bad_request(
+            "malformed JSON: the body must be an object such as {\"calls\": [...]}",
+        ));
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let turn: TurnRequest =
+        serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+            let path = error.path().to_string();
+            let inner = error.inner();
+            if !matches!(inner.classify(), Category::Data) {
+                ApiError::bad_request(format!("malformed JSON: {inner}"))
+            } else if path == "." {
+                ApiError::bad_request(inner.to_string())
+            } else {
+                ApiError::bad_request(format!("{path}: {inner}"))
+            }
+        })?;
+    deserializer
+        .end()
+        .map_err(|error| ApiError::bad_request(format!("malformed JSON: {error}")))?;
+    if turn.calls.is_empty() {
+        return Err(ApiError::bad_request("calls: the list of calls is empty"));
+    }
+    if turn.calls.len() > MAX_CALLS {
+        return Err(ApiError::bad_request(format!(
+            "calls: at most {MAX_CALLS} calls per request, got {}",
+            turn.calls.len()
+        )));
+    }
+    if let Some(id) = &turn.turn_id
+        && (id.is_empty() || id.len() > MAX_TURN_ID)
+    {
+        return Err(ApiError::bad_request(format!(
+            "turn_id: must be 1 to {MAX_TURN_ID} bytes long"
+        )));
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(turn.calls.len());
+    for (index, call) in turn.calls.iter().enumerate() {
+        if let Some(first) = seen.insert(&call.id, index) {
+            return Err(ApiError::bad_request(format!(
+                "calls[{index}].id: duplicate call id {:?} (also calls[{first}].id)",
+                call.id
+            )));
+        }
+    }
+    Ok(turn)
+}
+
+/// A call as the engine takes it, or the outcome that answers it without
+/// sending anything (unknown tool, bad arguments, bad deadline).
+fn prepare(inner: &Inner, call: &CallRequest) -> Result<Call<Outbound>, Outcome> {
+    let Some(spec) = inner.config.tools.get(&call.tool) else {
+        let outcome = Outcome::error(None, format!("unknown tool {:?}", call.tool));
+        inner.metrics.record_outcome("", UNKNOWN_TOOL, &outcome);
+        return Err(outcome);
+    };
+    let refuse = |message: String| {
+        let outcome = Outcome::error(None, format!("{}: {message}", call.tool));
+        inner
+            .metrics
+            .record_outcome(&spec.credential, &call.tool, &outcome);
+        outcome
+    };
+    let empty = Map::new();
+    let args = match &call.args {
+        Value::Null => &empty,
+        Value::Object(args) => args,
+        _ => return Err(refuse("args must be a JSON object".to_owned())),
+    };
+    let deadline = match call.deadline_ms {
+        Some(0) => return Err(refuse("deadline_ms must be at least 1".to_owned())),
+        Some(ms) => Some(inner.cap_deadline(Duration::from_millis(ms))),
+        None => None,
+    };
+    let rendered = spec
+        .render(args)
+        .map_err(|error| refuse(error.to_string()))?;
+    let Some(upstream) = inner.config.credentials.get(&spec.credential) else {
+        return Err(refuse(format!("unknown credential {:?}", spec.credential)));
+    };
+    let url = forward::join(
+        &upstream.base_url,
+        &rendered.path,
+        rendered.query.as_deref(),
+    )
+    .map_err(|error| refuse(error.to_string()))?;
+    let mut headers = HeaderMap::new();
+    headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+    if rendered.body.is_some() {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    let request = HttpRequest {
+        method: rendered.method,
+        url,
+        headers,
+        body: rendered.body.unwrap_or_default(),
+    };
+    let payload = Outbound::Tool {
+        args: Value::Object(args.clone()),
+        request,
+    };
+    let mut prepared = Call::with_payload(&call.tool, payload);
+    if let Some(deadline) = deadline {
+        prepared = prepared.deadline(deadline);
+    }
+    Ok(prepared)
+}
