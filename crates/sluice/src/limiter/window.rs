@@ -45,10 +45,14 @@ impl SlidingWindow {
 
     /// Records a start at `at`, which must be `>= earliest(now)`.
     pub fn charge(&mut self, at: Micros) {
-        // Callers only charge at an `earliest` result, which is never before
-        // the latest start; keep the log sorted even if one does.
-        let index = self.starts.partition_point(|&start| start <= at);
-        self.starts.insert(index, at);
+        // Callers charge at an `earliest` result, never before the latest
+        // start: an append. Virtual starts may land earlier; keep it sorted.
+        if self.starts.back().is_none_or(|&last| last <= at) {
+            self.starts.push_back(at);
+        } else {
+            let index = self.starts.partition_point(|&start| start <= at);
+            self.starts.insert(index, at);
+        }
     }
 
     /// Removes one start recorded at `at`; false when there is none.
