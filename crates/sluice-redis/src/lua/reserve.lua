@@ -1,0 +1,209 @@
+-- sluice: reserve up to `slots` start slots for one call (or one lease).
+--
+-- Mirrors sluice::shared::InMemoryBudget::decide: every scope's quota
+-- first, then one common start after every scope's block and the first
+-- scope's limit (an exact sliding window, or GCRA). A denial charges
+-- nothing. Extra slots (a lease) follow the first one, each at the
+-- earliest start the limit allows, while within `horizon` of now; beyond
+-- the first `immediate` slots, only slots at least `lead` after now (a slot
+-- due at once serves only the callers present, who asked for `immediate`).
+--
+-- KEYS: 1 blocks hash, 2 quota hash, 3 meta hash, 4 window zset (first
+--       scope), 5 gcra string (first scope), 6 heartbeat zset
+-- ARGV: 1 now (µs; '' = the server's TIME), 2 not_before (µs from now),
+--       3 max_wait, 4 slots, 5 horizon, 6 algorithm ('n' none, 'w' window,
+--       'g' gcra), 7 and 8 its parameters (w: N, W µs; g: T µs, tau µs),
+--       9 member prefix (unique per call), 10 process id ('' = none),
+--       11 heartbeat window µs, 12 TTL slack µs, 13 immediate, 14 lead µs,
+--       15.. scope fields
+-- Reply: {1, processes, blocks, quotas, generation, {wait, undo, ...}}
+--     or {0, processes, blocks, quotas, wait, scope index, 'quota'|'blocked'|'rate'}
+-- where blocks and quotas are {field, µs from now, ...} for every active one.
+
+local function int(x) return string.format('%d', x) end
+local function ttl_ms(us)
+  local ms = math.ceil(us / 1000)
+  if ms < 1 then ms = 1 end
+  return int(ms)
+end
+local function extend(key, us)
+  local want = math.ceil(us / 1000)
+  if want < 1 then want = 1 end
+  local current = redis.call('PTTL', key)
+  if current >= 0 and current >= want then return end
+  redis.call('PEXPIRE', key, int(want))
+end
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local not_before = now + tonumber(ARGV[2])
+local max_wait = tonumber(ARGV[3])
+local want = tonumber(ARGV[4])
+local horizon = tonumber(ARGV[5])
+local alg = ARGV[6]
+local p1 = tonumber(ARGV[7])
+local p2 = tonumber(ARGV[8])
+local slack = tonumber(ARGV[12])
+local immediate = tonumber(ARGV[13])
+local lead = tonumber(ARGV[14])
+local scopes = {}
+for i = 15, #ARGV do scopes[#scopes + 1] = ARGV[i] end
+local first = scopes[1]
+
+local processes = 0
+if ARGV[10] ~= '' then
+  local window = tonumber(ARGV[11])
+  redis.call('ZADD', KEYS[6], int(now), ARGV[10])
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. int(now - window))
+  processes = redis.call('ZCARD', KEYS[6])
+  redis.call('PEXPIRE', KEYS[6], ttl_ms(window + slack))
+end
+
+-- Every active block and quota of the credential, for the caller's view.
+local function active(key)
+  local flat = redis.call('HGETALL', key)
+  local list, map = {}, {}
+  for i = 1, #flat, 2 do
+    local until_ = tonumber(flat[i + 1])
+    if until_ and until_ > now then
+      map[flat[i]] = until_
+      list[#list + 1] = flat[i]
+      list[#list + 1] = until_ - now
+    end
+  end
+  return list, map
+end
+local block_list, blocks = active(KEYS[1])
+local quota_list, quotas = active(KEYS[2])
+
+for i, scope in ipairs(scopes) do
+  local q = quotas[scope]
+  if q then return {0, processes, block_list, quota_list, q - now, i, 'quota'} end
+end
+
+-- Remember the first scope's limit, so that a block can restart it empty.
+local meta_field = 'p:' .. first
+local params = alg .. ':' .. ARGV[7] .. ':' .. ARGV[8]
+if alg == 'n' then
+  redis.call('HDEL', KEYS[3], meta_field)
+elseif redis.call('HGET', KEYS[3], meta_field) ~= params then
+  redis.call('HSET', KEYS[3], meta_field, params)
+end
+
+-- The first scope's algorithm. Window: prune what can no longer matter,
+-- then read the latest start and the ones that bind the next `want` starts.
+local count, last, ranked, tat = 0, nil, {}, 0
+if alg == 'w' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', int(now - p2))
+  count = redis.call('ZCARD', KEYS[4])
+  if count > 0 then
+    local top = redis.call('ZREVRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+    last = tonumber(top[2])
+    local lo = p1 - want
+    if lo < 0 then lo = 0 end
+    local rows = redis.call('ZREVRANGE', KEYS[4], lo, p1 - 1, 'WITHSCORES')
+    for i = 2, #rows, 2 do ranked[lo + i / 2] = tonumber(rows[i]) end
+  end
+elseif alg == 'g' then
+  tat = tonumber(redis.call('GET', KEYS[5])) or 0
+end
+
+local placed = {}
+-- The earliest start at or after `floor` for the next slot, with
+-- #placed slots already placed in this call.
+local function earliest(floor)
+  local at = floor
+  if alg == 'w' then
+    local j = #placed
+    local latest = last
+    if j > 0 then latest = placed[j] end
+    if latest and latest > at then at = latest end
+    if count + j >= p1 then
+      -- The N-th latest start once this one is in: an old one (rank
+      -- N - j, 1-based) or one placed in this call.
+      local nth
+      if j < p1 then nth = ranked[p1 - j] else nth = placed[j - p1 + 1] end
+      if nth and nth + p2 > at then at = nth + p2 end
+    end
+  elseif alg == 'g' then
+    if tat - p2 > at then at = tat - p2 end
+  end
+  return at
+end
+
+local start = not_before
+for i, scope in ipairs(scopes) do
+  local penalty = blocks[scope] or 0
+  local floor = now
+  if penalty > floor then floor = penalty end
+  local e
+  if i == 1 then e = earliest(floor) else e = floor end
+  if e < start then e = start end
+  if e - now > max_wait then
+    local hold = 'rate'
+    if penalty > now and penalty >= e then hold = 'blocked' end
+    return {0, processes, block_list, quota_list, e - now, i, hold}
+  end
+  start = e
+end
+
+-- Charge the first slot at `start`, and the lease's extra slots after it.
+local fixed = not_before
+for _, scope in ipairs(scopes) do
+  local penalty = blocks[scope] or 0
+  if penalty > fixed then fixed = penalty end
+end
+if alg == 'n' then want = 1 end
+local undo = {}
+local at = start
+local prefix = ARGV[9]
+while true do
+  local n = #placed + 1
+  if alg == 'g' then
+    local before = tat
+    if at > tat then tat = at end
+    tat = tat + p1
+    undo[n] = int(before) .. ':' .. int(tat)
+  elseif alg == 'w' then
+    undo[n] = prefix .. ':' .. n
+  else
+    undo[n] = ''
+  end
+  placed[n] = at
+  if n >= want then break end
+  at = earliest(fixed)
+  if at - now > horizon then break end
+  if n >= immediate and at - now < lead then break end
+end
+
+local state_ttl = 0
+if alg == 'w' then
+  local args = {}
+  for i, t in ipairs(placed) do
+    args[#args + 1] = int(t)
+    args[#args + 1] = undo[i]
+  end
+  redis.call('ZADD', KEYS[4], unpack(args))
+  state_ttl = placed[#placed] + p2 - now + slack
+  redis.call('PEXPIRE', KEYS[4], ttl_ms(state_ttl))
+elseif alg == 'g' then
+  state_ttl = tat - now
+  if state_ttl < 0 then state_ttl = 0 end
+  state_ttl = state_ttl + slack
+  redis.call('SET', KEYS[5], int(tat), 'PX', ttl_ms(state_ttl))
+end
+-- The generation must outlive the state it guards.
+if alg ~= 'n' then extend(KEYS[3], state_ttl + slack) end
+
+local generation = tonumber(redis.call('HGET', KEYS[3], 'g:' .. first)) or 0
+local slots = {}
+for i, t in ipairs(placed) do
+  slots[#slots + 1] = t - now
+  slots[#slots + 1] = undo[i]
+end
+return {1, processes, block_list, quota_list, generation, slots}

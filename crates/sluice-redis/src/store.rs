@@ -1,0 +1,556 @@
+//! The Lua scripts and how to call them: arguments in, replies parsed.
+//!
+//! [`Store`] is the Redis half of the limiter with no policy of its own:
+//! one `EVALSHA` per call (redis-rs's [`redis::Script`] loads the script and
+//! tries once more when the server answers `NOSCRIPT`, which means it did
+//! not run). Every time in and out is integer microseconds relative to the
+//! script's `now`, which is the server's `TIME` ([`Clock::Server`]) except in
+//! tests that replay a model's timeline ([`Clock::At`]).
+
+use std::num::NonZeroU32;
+
+use redis::{Script, Value};
+use sluice::limiter::{Micros, micros};
+use sluice::shared::{Hold, SharedLimit};
+
+use crate::Error;
+use crate::keys::{CredentialKeys, part};
+
+/// Which clock a script reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// The Redis server's `TIME`: the only clock production uses, so every
+    /// process shares it whatever its own clock says.
+    Server,
+    /// An explicit time in microseconds (tests replaying a timeline).
+    At(Micros),
+}
+
+impl Clock {
+    fn arg(self) -> String {
+        match self {
+            Clock::Server => String::new(),
+            Clock::At(now) => now.to_string(),
+        }
+    }
+}
+
+/// How long keys outlive the state they hold, so that a key never expires
+/// while a decision still depends on it (clock skew between replicas,
+/// slow replies).
+const TTL_SLACK: Micros = 5_000_000;
+
+/// One call's (or one lease's) reservation, as the reserve script takes it.
+#[derive(Debug, Clone)]
+pub struct ReserveArgs<'a> {
+    /// The credential.
+    pub credential: &'a str,
+    /// Every scope governing the call; the first is the limited one.
+    pub scopes: &'a [&'a str],
+    /// The first scope's limit.
+    pub limit: Option<SharedLimit>,
+    /// No start before this, from now (µs).
+    pub not_before: Micros,
+    /// The first start must come within this, from now (µs).
+    pub max_wait: Micros,
+    /// Slots wanted (a lease when more than one).
+    pub slots: u32,
+    /// Extra slots must start within this, from now (µs).
+    pub horizon: Micros,
+    /// Slots that may start at once (the callers present); the others
+    /// must start at least `lead` after now.
+    pub immediate: u32,
+    /// See `immediate` (µs).
+    pub lead: Micros,
+    /// The calling process, for the heartbeat (`None`: not counted).
+    pub process: Option<&'a str>,
+    /// How long a process counts as present after a reservation (µs).
+    pub heartbeat: Micros,
+    /// A prefix unique to this call, naming its window entries.
+    pub member_prefix: &'a str,
+}
+
+/// What a script saw of the credential: processes present, active holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct View {
+    /// Processes that reserved within the heartbeat window (0: not asked).
+    pub processes: u32,
+    /// Blocked scopes (key part) and how long from now.
+    pub blocks: Vec<(String, Micros)>,
+    /// Spent quotas (key part) and how long from now.
+    pub quotas: Vec<(String, Micros)>,
+}
+
+/// How to give one slot back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Undo {
+    /// Nothing was charged (no limit).
+    Nothing,
+    /// The window entry's member.
+    Window(String),
+    /// The GCRA arrival time before and after the charge.
+    Gcra {
+        /// Before.
+        before: Micros,
+        /// After.
+        after: Micros,
+    },
+}
+
+/// The Redis side's handle on one granted slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotToken {
+    /// The charged scope's key part.
+    pub scope: String,
+    /// The scope's generation when charged (a block voids older slots).
+    pub generation: u64,
+    /// How to give it back.
+    pub undo: Undo,
+}
+
+impl SlotToken {
+    /// The token as text, for [`sluice::shared::Grant`].
+    pub fn encode(&self) -> String {
+        match &self.undo {
+            Undo::Nothing => "r|-".to_owned(),
+            Undo::Window(member) => format!("r|{}|{}|w|{member}", self.scope, self.generation),
+            Undo::Gcra { before, after } => {
+                format!("r|{}|{}|g|{before}:{after}", self.scope, self.generation)
+            }
+        }
+    }
+
+    /// Reads a token written by [`SlotToken::encode`].
+    pub fn decode(text: &str) -> Option<SlotToken> {
+        let rest = text.strip_prefix("r|")?;
+        if rest == "-" {
+            return Some(SlotToken {
+                scope: String::new(),
+                generation: 0,
+                undo: Undo::Nothing,
+            });
+        }
+        let mut fields = rest.splitn(4, '|');
+        let scope = fields.next()?.to_owned();
+        let generation = fields.next()?.parse().ok()?;
+        let undo = match (fields.next()?, fields.next()?) {
+            ("w", member) => Undo::Window(member.to_owned()),
+            ("g", pair) => {
+                let (before, after) = pair.split_once(':')?;
+                Undo::Gcra {
+                    before: before.parse().ok()?,
+                    after: after.parse().ok()?,
+                }
+            }
+            _ => return None,
+        };
+        Some(SlotToken {
+            scope,
+            generation,
+            undo,
+        })
+    }
+}
+
+/// One slot a reservation granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotGrant {
+    /// Its start, from the script's now (µs).
+    pub wait: Micros,
+    /// How to give it back.
+    pub token: SlotToken,
+}
+
+/// The reserve script's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    /// At least one slot, earliest first.
+    Granted {
+        /// What the script saw.
+        view: View,
+        /// The slots.
+        slots: Vec<SlotGrant>,
+    },
+    /// No slot within the acceptable wait; nothing charged.
+    Denied {
+        /// What the script saw.
+        view: View,
+        /// The earliest start, from now (µs).
+        wait: Micros,
+        /// The index (in the request's scopes) of the scope holding it back.
+        scope: usize,
+        /// Why.
+        hold: Hold,
+    },
+}
+
+/// The limiter's scripts, bound to a key prefix.
+#[derive(Debug, Clone)]
+pub struct Store {
+    prefix: String,
+    channel: String,
+    publish: bool,
+    reserve: Script,
+    block: Script,
+    refund: Script,
+    secrets: Vec<String>,
+    timeout: std::time::Duration,
+}
+
+impl Store {
+    /// The scripts, for keys under `prefix` (`[A-Za-z0-9._-]`, see
+    /// [`crate::RedisConfig::key_prefix`]). Blocks are published on
+    /// `{prefix}:events`.
+    pub fn new(prefix: &str) -> Self {
+        Store {
+            prefix: prefix.to_owned(),
+            channel: format!("{prefix}:events"),
+            publish: true,
+            reserve: Script::new(include_str!("lua/reserve.lua")),
+            block: Script::new(include_str!("lua/block.lua")),
+            refund: Script::new(include_str!("lua/refund.lua")),
+            secrets: Vec::new(),
+            timeout: std::time::Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn with_secrets(mut self, secrets: &[&str], timeout: std::time::Duration) -> Self {
+        self.secrets = secrets.iter().map(|s| (*s).to_owned()).collect();
+        self.timeout = timeout;
+        self
+    }
+
+    /// The channel blocks are published on.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// The keys of `credential`.
+    pub fn keys(&self, credential: &str) -> CredentialKeys {
+        CredentialKeys::new(&self.prefix, credential)
+    }
+
+    fn error(&self, error: &redis::RedisError) -> Error {
+        let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
+        Error::from_redis(error, &secrets, self.timeout)
+    }
+
+    /// Runs the reserve script once.
+    pub async fn reserve<C>(
+        &self,
+        conn: &mut C,
+        args: &ReserveArgs<'_>,
+        clock: Clock,
+    ) -> Result<Reserved, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let Some(first) = args.scopes.first() else {
+            return Err(Error::Reply(
+                "a reservation needs at least one scope".into(),
+            ));
+        };
+        let keys = self.keys(args.credential);
+        let first = part(first);
+        let (algorithm, a, b) = limit_args(args.limit);
+        let mut invocation = self.reserve.prepare_invoke();
+        invocation
+            .key(keys.blocks())
+            .key(keys.quota())
+            .key(keys.meta())
+            .key(keys.window(&first))
+            .key(keys.gcra(&first))
+            .key(keys.processes())
+            .arg(clock.arg())
+            .arg(args.not_before)
+            .arg(args.max_wait)
+            .arg(args.slots.max(1))
+            .arg(args.horizon)
+            .arg(algorithm)
+            .arg(a)
+            .arg(b)
+            .arg(args.member_prefix)
+            .arg(args.process.unwrap_or(""))
+            .arg(args.heartbeat)
+            .arg(TTL_SLACK)
+            .arg(args.immediate.max(1))
+            .arg(args.lead)
+            .arg(&first);
+        for scope in &args.scopes[1..] {
+            invocation.arg(part(scope));
+        }
+        let value: Value = invocation
+            .invoke_async(conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        parse_reserved(value, &first)
+    }
+
+    /// Runs the block script once: `scope` is held for `wait` from now.
+    /// Returns how long the hold now lasts (µs; 0 when nothing changed).
+    pub async fn block<C>(
+        &self,
+        conn: &mut C,
+        credential: &str,
+        scope: &str,
+        wait: Micros,
+        hold: Hold,
+        clock: Clock,
+    ) -> Result<Micros, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let keys = self.keys(credential);
+        let scope = part(scope);
+        let kind = match hold {
+            Hold::Quota => "quota",
+            Hold::Blocked | Hold::Rate => "blocked",
+        };
+        let channel = if self.publish {
+            self.channel.as_str()
+        } else {
+            ""
+        };
+        let value: Value = self
+            .block
+            .key(keys.blocks())
+            .key(keys.quota())
+            .key(keys.meta())
+            .key(keys.window(&scope))
+            .key(keys.gcra(&scope))
+            .arg(clock.arg())
+            .arg(&scope)
+            .arg(wait)
+            .arg(kind)
+            .arg(TTL_SLACK)
+            .arg(channel)
+            .arg(part(credential))
+            .invoke_async(conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        micros_of(&value)
+    }
+
+    /// Gives slots back: one script call per scope and generation. Returns
+    /// how many were given back (voided or forgone ones are not).
+    pub async fn refund<C>(
+        &self,
+        conn: &mut C,
+        credential: &str,
+        tokens: &[SlotToken],
+    ) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let keys = self.keys(credential);
+        let mut groups: Vec<RefundGroup<'_>> = Vec::new();
+        for token in tokens {
+            let (kind, order, item) = match &token.undo {
+                Undo::Nothing => continue,
+                Undo::Window(member) => ('w', 0, member.clone()),
+                Undo::Gcra { before, after } => ('g', *after, format!("{before}:{after}")),
+            };
+            match groups.iter_mut().find(|(scope, generation, k, _)| {
+                *scope == token.scope && *generation == token.generation && *k == kind
+            }) {
+                Some((_, _, _, items)) => items.push((order, item)),
+                None => groups.push((&token.scope, token.generation, kind, vec![(order, item)])),
+            }
+        }
+        let mut given = 0;
+        for (scope, generation, kind, mut items) in groups {
+            // GCRA slots go back latest first: each restores the one before.
+            items.sort_by_key(|item| std::cmp::Reverse(item.0));
+            let mut invocation = self.refund.prepare_invoke();
+            invocation
+                .key(keys.meta())
+                .key(keys.window(scope))
+                .key(keys.gcra(scope))
+                .arg(scope)
+                .arg(generation)
+                .arg(kind.to_string());
+            for (_, item) in &items {
+                invocation.arg(item);
+            }
+            let value: Value = invocation
+                .invoke_async(conn)
+                .await
+                .map_err(|e| self.error(&e))?;
+            given += micros_of(&value)?;
+        }
+        Ok(given)
+    }
+}
+
+/// Slots to give back on one scope and generation: (scope, generation,
+/// kind, (order, undo text)).
+type RefundGroup<'a> = (&'a str, u64, char, Vec<(Micros, String)>);
+
+/// The algorithm and its two integer parameters, as the scripts take them.
+/// GCRA's interval and tolerance are computed exactly as
+/// `sluice::limiter::Gcra` does (`ceil(W / N)`, at least 1 µs).
+fn limit_args(limit: Option<SharedLimit>) -> (&'static str, Micros, Micros) {
+    match limit {
+        None => ("n", 0, 0),
+        Some(SharedLimit { rate, burst: None }) => {
+            ("w", Micros::from(rate.count().get()), micros(rate.window()))
+        }
+        Some(SharedLimit {
+            rate,
+            burst: Some(burst),
+        }) => {
+            let interval = micros(rate.window())
+                .div_ceil(Micros::from(rate.count().get()))
+                .max(1);
+            let tau = interval.saturating_mul(Micros::from(NonZeroU32::get(burst) - 1));
+            ("g", interval, tau)
+        }
+    }
+}
+
+fn parse_reserved(value: Value, first: &str) -> Result<Reserved, Error> {
+    let Value::Array(items) = value else {
+        return Err(Error::Reply(format!("expected an array, got {value:?}")));
+    };
+    let field = |index: usize| {
+        items
+            .get(index)
+            .ok_or_else(|| Error::Reply(format!("reply has no element {index}")))
+    };
+    let view = View {
+        processes: u32::try_from(micros_of(field(1)?)?).unwrap_or(u32::MAX),
+        blocks: pairs(field(2)?)?,
+        quotas: pairs(field(3)?)?,
+    };
+    match micros_of(field(0)?)? {
+        1 => {
+            let generation = micros_of(field(4)?)?;
+            let Value::Array(flat) = field(5)? else {
+                return Err(Error::Reply("slots are not an array".into()));
+            };
+            let mut slots = Vec::with_capacity(flat.len() / 2);
+            for pair in flat.chunks(2) {
+                let [wait, undo] = pair else {
+                    return Err(Error::Reply("odd slot list".into()));
+                };
+                let undo = text_of(undo)?;
+                let undo = if undo.is_empty() {
+                    Undo::Nothing
+                } else if let Some((before, after)) = undo
+                    .split_once(':')
+                    .filter(|_| undo.bytes().all(|b| b.is_ascii_digit() || b == b':'))
+                {
+                    Undo::Gcra {
+                        before: parse_micros(before)?,
+                        after: parse_micros(after)?,
+                    }
+                } else {
+                    Undo::Window(undo)
+                };
+                slots.push(SlotGrant {
+                    wait: micros_of(wait)?,
+                    token: SlotToken {
+                        scope: first.to_owned(),
+                        generation,
+                        undo,
+                    },
+                });
+            }
+            if slots.is_empty() {
+                return Err(Error::Reply("a grant without slots".into()));
+            }
+            Ok(Reserved::Granted { view, slots })
+        }
+        0 => {
+            let wait = micros_of(field(4)?)?;
+            let index = usize::try_from(micros_of(field(5)?)?).unwrap_or(usize::MAX);
+            let hold = match text_of(field(6)?)?.as_str() {
+                "quota" => Hold::Quota,
+                "blocked" => Hold::Blocked,
+                _ => Hold::Rate,
+            };
+            Ok(Reserved::Denied {
+                view,
+                wait,
+                scope: index.saturating_sub(1),
+                hold,
+            })
+        }
+        other => Err(Error::Reply(format!("unknown answer {other}"))),
+    }
+}
+
+fn pairs(value: &Value) -> Result<Vec<(String, Micros)>, Error> {
+    let Value::Array(flat) = value else {
+        return Err(Error::Reply("expected a list of holds".into()));
+    };
+    flat.chunks(2)
+        .map(|pair| match pair {
+            [name, wait] => Ok((text_of(name)?, micros_of(wait)?)),
+            _ => Err(Error::Reply("odd hold list".into())),
+        })
+        .collect()
+}
+
+fn micros_of(value: &Value) -> Result<Micros, Error> {
+    match value {
+        // Scripts only return times and counts that are never negative.
+        Value::Int(n) => Ok(Micros::try_from(*n).unwrap_or(0)),
+        Value::BulkString(_) | Value::SimpleString(_) => parse_micros(&text_of(value)?),
+        other => Err(Error::Reply(format!("expected an integer, got {other:?}"))),
+    }
+}
+
+fn parse_micros(text: &str) -> Result<Micros, Error> {
+    text.parse()
+        .map_err(|_| Error::Reply(format!("expected an integer, got {text:?}")))
+}
+
+fn text_of(value: &Value) -> Result<String, Error> {
+    match value {
+        Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Ok(text.clone()),
+        Value::Int(n) => Ok(n.to_string()),
+        other => Err(Error::Reply(format!("expected text, got {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip() {
+        for undo in [
+            Undo::Nothing,
+            Undo::Window("ab12:7:3".into()),
+            Undo::Gcra {
+                before: 1,
+                after: 1_700_000_000_000_000,
+            },
+        ] {
+            let token = SlotToken {
+                scope: if undo == Undo::Nothing {
+                    String::new()
+                } else {
+                    "api_key".into()
+                },
+                generation: if undo == Undo::Nothing { 0 } else { 4 },
+                undo,
+            };
+            assert_eq!(SlotToken::decode(&token.encode()), Some(token));
+        }
+        assert_eq!(SlotToken::decode("f|3"), None);
+        assert_eq!(SlotToken::decode("r|s|x|w|m"), None);
+    }
+
+    #[test]
+    fn gcra_arguments_match_the_engine() {
+        let limit = SharedLimit {
+            rate: "3/1s".parse().unwrap(),
+            burst: NonZeroU32::new(4),
+        };
+        assert_eq!(limit_args(Some(limit)), ("g", 333_334, 1_000_002));
+        assert_eq!(limit_args(None), ("n", 0, 0));
+    }
+}

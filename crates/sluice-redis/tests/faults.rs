@@ -1,0 +1,298 @@
+//! Redis failing under load: killed and restarted, paused with `DEBUG
+//! SLEEP`, its script cache flushed. Calls keep flowing at the fallback
+//! rate, never wait more than the command timeout extra, and shared mode
+//! comes back by itself.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
+use sluice_redis::{Mode, RedisBudget};
+use support::*;
+use tokio::time::Instant;
+
+const R: usize = 60;
+const RATE: &str = "60/1s";
+/// The command timeout (the default).
+const TIMEOUT: Duration = Duration::from_millis(50);
+/// Scheduling slack on a loaded two-core machine.
+const SLACK: Duration = Duration::from_millis(40);
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Calls `reserve` with no acceptable wait every 20 ms until `until`: such
+/// a call is answered at once (granted now or denied), so its duration is
+/// exactly the extra time Redis cost it. Returns the longest.
+async fn probe(budget: Arc<RedisBudget>, until: Instant) -> Duration {
+    let limit = SharedLimit {
+        rate: "1000/1s".parse().unwrap(),
+        burst: None,
+    };
+    let mut longest = Duration::ZERO;
+    while Instant::now() < until {
+        let started = Instant::now();
+        let decision = budget
+            .reserve(ReserveRequest {
+                credential: "probe",
+                scopes: &["api_key"],
+                limit: Some(limit),
+                not_before: Duration::ZERO,
+                max_wait: Duration::ZERO,
+            })
+            .await;
+        longest = longest.max(started.elapsed());
+        if let Decision::Granted { wait, .. } = decision {
+            assert!(wait <= Duration::from_millis(1), "{wait:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    longest
+}
+
+/// Samples every budget's mode for credential `key` until `until`.
+async fn watch(
+    budgets: Vec<Arc<RedisBudget>>,
+    origin: Instant,
+    until: Instant,
+) -> Vec<(f64, Vec<Mode>)> {
+    let mut samples = Vec::new();
+    while Instant::now() < until {
+        let modes = budgets
+            .iter()
+            .map(|b| {
+                b.status()
+                    .credentials
+                    .iter()
+                    .find(|c| c.credential == "key")
+                    .map_or(Mode::Shared, |c| c.mode)
+            })
+            .collect();
+        samples.push((origin.elapsed().as_secs_f64() * 1_000.0, modes));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    samples
+}
+
+fn in_span(starts: &[f64], from: f64, to: f64) -> Vec<f64> {
+    starts
+        .iter()
+        .copied()
+        .filter(|t| *t >= from && *t < to)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_redis_falls_back_and_restarting_it_recovers() {
+    let _serial = SERIAL.lock().await;
+    let mut redis = RedisServer::start();
+    let server = fake(10_000).await;
+    let mut budgets = Vec::new();
+    for _ in 0..3 {
+        budgets.push(budget(redis_config(&redis.url())).await);
+    }
+    // The fake's clock and ours start together (within a millisecond).
+    let origin = Instant::now();
+    let until = origin + Duration::from_millis(6_500);
+    let runs: Vec<_> = budgets
+        .iter()
+        .zip(["a", "b", "c"])
+        .enumerate()
+        .map(|(i, (b, name))| {
+            let gate = gate(&server, RATE, Some(b.clone()), 32, i as u64);
+            tokio::spawn(drive(gate, name, 16, until, Duration::from_millis(200)))
+        })
+        .collect();
+    let prober = tokio::spawn(probe(budgets[0].clone(), until));
+    let watcher = tokio::spawn(watch(budgets.clone(), origin, until));
+
+    tokio::time::sleep_until(origin + Duration::from_millis(1_500)).await;
+    let killed_at = origin.elapsed().as_secs_f64() * 1_000.0;
+    redis.kill();
+    tokio::time::sleep_until(origin + Duration::from_millis(3_500)).await;
+    let during: Vec<_> = budgets.iter().map(|b| b.status()).collect();
+    redis.restart();
+    let restarted_at = origin.elapsed().as_secs_f64() * 1_000.0;
+
+    let mut driven = Vec::new();
+    for run in runs {
+        driven.push(run.await.expect("no driver panicked"));
+    }
+    let longest_probe = prober.await.unwrap();
+    let samples = watcher.await.unwrap();
+
+    // Shared mode returned, for every process, soon after the restart.
+    let recovered_at = samples
+        .iter()
+        .find(|(t, modes)| *t > restarted_at && modes.iter().all(|m| *m == Mode::Shared))
+        .map(|(t, _)| *t);
+    let fell_back_at = samples
+        .iter()
+        .find(|(t, modes)| *t > killed_at && modes.iter().all(|m| *m == Mode::Fallback))
+        .map(|(t, _)| *t);
+    let starts = starts(&server);
+    let outage = in_span(&starts, killed_at + 200.0, restarted_at);
+    // A window after the switch, only fallback starts count.
+    let steady = in_span(&starts, killed_at + 1_100.0, restarted_at);
+    let outage_busiest = max_in_window(&steady, 1_000.0);
+    let busiest = max_in_window(&starts, 1_000.0);
+    eprintln!(
+        "kill at {killed_at:.0} ms, all in fallback at {fell_back_at:?}, restart at {restarted_at:.0}, \
+         all shared again at {recovered_at:?}; {} starts during the outage (busiest 1 s: {outage_busiest}), \
+         busiest 1 s overall {busiest} (R = {R}); longest probe {longest_probe:?}; driven {:?}",
+        outage.len(),
+        driven
+            .iter()
+            .map(|d| d.outcomes.clone())
+            .collect::<Vec<_>>()
+    );
+    for status in &during {
+        let key = status
+            .credentials
+            .iter()
+            .find(|c| c.credential == "key")
+            .unwrap();
+        assert_eq!(key.mode, Mode::Fallback, "{status:?}");
+        assert!(key.reason.is_some());
+        assert!(status.errors.total() > 0);
+        // Three processes seen: each falls back to a third of the rate.
+        assert_eq!(key.processes_seen, 3);
+        assert!(
+            (key.fallback_per_sec.unwrap() - 20.0).abs() < 1.0,
+            "{key:?}"
+        );
+    }
+    assert!(
+        fell_back_at.is_some_and(|t| t < killed_at + 1_000.0),
+        "{samples:?}"
+    );
+    let recovered_at = recovered_at.expect("shared mode came back");
+    assert!(
+        recovered_at - restarted_at < 4_000.0,
+        "recovered after {} ms",
+        recovered_at - restarted_at
+    );
+    // Calls kept flowing, at the fallback rate: a third each, R together.
+    assert!(
+        outage.len() >= R,
+        "{} starts during a 2 s outage",
+        outage.len()
+    );
+    assert!(
+        outage_busiest <= R,
+        "{outage_busiest} starts in 1 s during the outage"
+    );
+    assert!(max_in_window(&outage, 1_000.0) <= 2 * R);
+    // Around the switches the bound is looser (docs/shared-limiter.md).
+    assert!(busiest <= 2 * R, "{busiest}");
+    // No call paid more than the command timeout for Redis being gone.
+    assert!(longest_probe <= TIMEOUT + SLACK, "{longest_probe:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_times_out_into_fallback_without_stalling_calls() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    let server = fake(10_000).await;
+    let budget = budget(redis_config(&redis.url())).await;
+    let origin = Instant::now();
+    let until = origin + Duration::from_millis(3_500);
+    let run = tokio::spawn(drive(
+        gate(&server, RATE, Some(budget.clone()), 32, 1),
+        "a",
+        16,
+        until,
+        Duration::from_millis(200),
+    ));
+    let prober = tokio::spawn(probe(budget.clone(), until));
+    let watcher = tokio::spawn(watch(vec![budget.clone()], origin, until));
+    tokio::time::sleep_until(origin + Duration::from_millis(1_000)).await;
+    let paused_at = origin.elapsed().as_secs_f64() * 1_000.0;
+    let pause = redis.pause(1.0);
+    let driven = run.await.expect("the driver did not panic");
+    pause.join().unwrap();
+    let longest_probe = prober.await.unwrap();
+    let samples = watcher.await.unwrap();
+    let status = budget.status();
+    let starts = starts(&server);
+    let paused = in_span(&starts, paused_at + 100.0, paused_at + 1_000.0);
+    let fallback = samples
+        .iter()
+        .filter(|(t, m)| *t > paused_at && *t < paused_at + 1_000.0 && m[0] == Mode::Fallback)
+        .count();
+    eprintln!(
+        "pause at {paused_at:.0} ms: {} starts while paused, {fallback} fallback samples, \
+         longest probe {longest_probe:?}, errors {:?}, driven {:?}",
+        paused.len(),
+        status.errors,
+        driven.outcomes
+    );
+    assert!(status.errors.timeout > 0, "{status:?}");
+    assert!(fallback > 0, "{samples:?}");
+    // Calls kept flowing (as far as the window, already full of this
+    // process's shared starts, allows) and none stalled.
+    assert!(!paused.is_empty(), "no start while paused");
+    assert!(
+        driven.slowest < Duration::from_millis(2_500),
+        "{:?}",
+        driven.slowest
+    );
+    assert!(longest_probe <= TIMEOUT + SLACK, "{longest_probe:?}");
+    assert_eq!(
+        status
+            .credentials
+            .iter()
+            .find(|c| c.credential == "key")
+            .unwrap()
+            .mode,
+        Mode::Shared
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_cache_is_invisible() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    let budget = budget(redis_config(&redis.url())).await;
+    let limit = SharedLimit {
+        rate: "100/1s".parse().unwrap(),
+        burst: None,
+    };
+    let reserve = || {
+        budget.reserve(ReserveRequest {
+            credential: "key",
+            scopes: &["api_key", "search"],
+            limit: Some(limit),
+            not_before: Duration::ZERO,
+            max_wait: Duration::from_secs(1),
+        })
+    };
+    for round in 0..3 {
+        for _ in 0..5 {
+            assert!(matches!(reserve().await, Decision::Granted { .. }));
+        }
+        redis.script_flush();
+        let _ = round;
+    }
+    let status = budget.status();
+    let key = &status.credentials[0];
+    eprintln!(
+        "after three flushes: {:?}, {:?}",
+        key.decisions,
+        redis.command_calls()
+    );
+    assert_eq!(status.errors.total(), 0, "{status:?}");
+    assert_eq!(key.decisions.fallback, 0);
+    assert_eq!(key.mode, Mode::Shared);
+    // The scripts were loaded again after each flush.
+    assert!(
+        redis
+            .command_calls()
+            .get("script|load")
+            .copied()
+            .unwrap_or(0)
+            >= 3
+    );
+}

@@ -1,0 +1,54 @@
+//! A minimal HTTP executor for end-to-end tests against the fake API over loopback.
+
+use bytes::Bytes;
+use serde_json::Value;
+use sluice::{Executor, Request, TransportError};
+
+/// Sends `GET {base}/api/{tool}?q={args.q}` with `authorization: {key}`.
+#[derive(Clone)]
+pub struct HttpExecutor {
+    pub client: reqwest::Client,
+    pub base: String,
+    pub key: String,
+}
+
+impl HttpExecutor {
+    pub fn new(base: &str, key: &str) -> Self {
+        HttpExecutor {
+            client: reqwest::Client::new(),
+            base: base.to_owned(),
+            key: key.to_owned(),
+        }
+    }
+}
+
+impl Executor for HttpExecutor {
+    type Payload = Value;
+
+    async fn execute(
+        &self,
+        request: Request<Value>,
+    ) -> Result<http::Response<Bytes>, TransportError> {
+        let q = request.payload["q"].as_str().unwrap_or_default().to_owned();
+        let url = format!("{}/api/{}?q={}", self.base, request.tool, q);
+        let response = self
+            .client
+            .get(url)
+            .header("authorization", &self.key)
+            .timeout(request.timeout)
+            .send()
+            .await
+            .map_err(|e| TransportError::other(e.to_string()))?;
+        let mut builder = http::Response::builder().status(response.status().as_u16());
+        for (name, value) in response.headers() {
+            builder = builder.header(name.as_str(), value.as_bytes());
+        }
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| TransportError::other(e.to_string()))?;
+        builder
+            .body(body)
+            .map_err(|e| TransportError::other(e.to_string()))
+    }
+}
