@@ -4,8 +4,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod demo;
 mod fake_api;
+mod harness;
 mod inspect;
 mod serve;
 
@@ -19,6 +21,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Benchmarks: sluice next to what people use instead, on loopback.
+    Bench(bench::Args),
     /// Replay the shared-key incident: a naive harness, then sluice, side by side.
     Demo(demo::Args),
     /// Serve a throttling fake API that records every request.
@@ -46,6 +50,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .build()?;
     runtime.block_on(async move {
         match cli.command {
+            Command::Bench(args) => bench::run(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::FakeApi(args) => fake_api::run(args).await,
             Command::Inspect(args) => inspect::run(args),

@@ -1,10 +1,9 @@
 //! `sluice demo`: the shared-key incident from the article, replayed with a naive harness and with sluice.
 
-mod agent;
 mod chart;
-mod model;
+pub(crate) mod model;
 mod report;
-mod scenario;
+pub(crate) mod scenario;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use sluice_fake::{FakeApi, FakeServer};
 
-pub(crate) use scenario::Harness;
+use crate::harness::Strategy;
 
 /// Flags of `sluice demo`.
 #[derive(Debug, clap::Args)]
@@ -40,7 +39,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("starting the fake API on loopback")?;
     let progress = report::Progress::new(!args.json);
     let mut recorded = Vec::new();
-    for harness in [Harness::Naive, Harness::Sluice] {
+    for harness in [Strategy::Naive, Strategy::Sluice] {
         // Each run starts against a freshly reset API.
         server.api().reset();
         recorded.push(scenario::run(harness, &server, duration, args.seed, &progress).await?);

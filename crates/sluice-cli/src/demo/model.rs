@@ -5,6 +5,8 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
+pub(crate) use crate::harness::View;
+
 /// How deep a failed search is rephrased: narrower, then narrower again.
 const MAX_REPHRASE_DEPTH: u8 = 2;
 
@@ -28,19 +30,6 @@ pub(crate) struct ToolCall {
     pub(crate) args: Value,
     /// How many rephrasings led here.
     depth: u8,
-}
-
-/// What the model is told about a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum View {
-    Ok,
-    /// Deferred: wait this long, then re-issue the same call.
-    RateLimited(std::time::Duration),
-    /// A generic failure ("tool failed").
-    Failed,
-    TimedOut,
-    /// Do not retry this turn.
-    QuotaExhausted,
 }
 
 /// A model with seeded habits.

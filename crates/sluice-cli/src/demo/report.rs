@@ -11,7 +11,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::model::View;
-use super::scenario::{Harness, Run};
+use super::scenario::Run;
+use crate::harness::Strategy;
 
 /// The paths agent calls use; everything else on the key is the sync job.
 const AGENT_PREFIX: &str = "/api/";
@@ -222,7 +223,7 @@ impl Progress {
 
     pub(crate) fn start(
         &self,
-        harness: Harness,
+        harness: Strategy,
         api: FakeApi,
         start: Instant,
         duration: Duration,

@@ -9,9 +9,9 @@ use futures_util::stream::FuturesUnordered;
 use sluice_fake::{Config, FakeServer, HeaderStyle, Latency, Limits, Record};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::agent::{Agent, AgentTurn};
 use super::model::{Model, ToolCall, View};
 use super::report::Progress;
+use crate::harness::{Harness, HarnessTurn, Setup, Strategy};
 
 /// The key's limit: 10 requests in any rolling second.
 pub(crate) const KEY_LIMIT: u32 = 10;
@@ -30,23 +30,10 @@ const THINKING: Duration = Duration::from_millis(500);
 /// The one API key the agent and the sync job share.
 pub(crate) const SHARED_KEY: &str = "Bearer shared-org-key";
 
-/// Which harness drives the model's calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Harness {
-    /// Fan out everything; on 429 retry 3 times after a fixed 200 ms.
-    Naive,
-    /// Every call through a sluice gate.
-    Sluice,
-}
-
-impl Harness {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Harness::Naive => "naive",
-            Harness::Sluice => "sluice",
-        }
-    }
-}
+/// The tools the simulated model calls.
+const TOOLS: [&str; 3] = ["search_tickets", "get_usage", "list_customers"];
+/// A model's calls may take this long.
+const DEADLINE: Duration = Duration::from_secs(30);
 
 /// The third-party API: rolling-window limit, ~400 ms answers, Retry-After
 /// and IETF RateLimit headers.
@@ -70,7 +57,7 @@ pub(crate) struct CallLog {
 /// Everything one run produced: the model's view and the API's records.
 #[derive(Debug, Clone)]
 pub(crate) struct Run {
-    pub(crate) harness: Harness,
+    pub(crate) harness: Strategy,
     pub(crate) calls: Vec<CallLog>,
     pub(crate) records: Vec<Record>,
     /// The run's start on the fake's clock, in milliseconds.
@@ -78,13 +65,28 @@ pub(crate) struct Run {
 }
 
 pub(crate) async fn run(
-    harness: Harness,
+    harness: Strategy,
     server: &FakeServer,
     duration: Duration,
     seed: u64,
     progress: &Progress,
 ) -> anyhow::Result<Run> {
-    let agent = Agent::new(harness, &server.url(), seed)?;
+    // sluice's bucket is the agent's share of the key: its limit minus the
+    // most the sync job can spend in one rolling second.
+    let share = format!(
+        "{}/{}ms",
+        KEY_LIMIT - SYNC_PEAK_PER_WINDOW,
+        KEY_WINDOW.as_millis()
+    );
+    let setup = Setup {
+        base: &server.url(),
+        key: SHARED_KEY,
+        rate: Some(share.parse()?),
+        tools: &TOOLS,
+        seed,
+        deadline: DEADLINE,
+    };
+    let agent = Harness::new(harness, &setup)?;
     let start = Instant::now();
     let start_ms = start
         .saturating_duration_since(server.api().origin())
@@ -110,7 +112,12 @@ pub(crate) async fn run(
 
 /// Turns until the run's time is up: 8 parallel calls, their follow-ups,
 /// then a pause to think.
-async fn drive_model(agent: &Agent, seed: u64, end: Instant, log: Arc<Mutex<Vec<CallLog>>>) {
+pub(crate) async fn drive_model(
+    agent: &Harness,
+    seed: u64,
+    end: Instant,
+    log: Arc<Mutex<Vec<CallLog>>>,
+) {
     let mut model = Model::new(seed);
     while Instant::now() < end {
         let turn = agent.turn();
@@ -123,7 +130,7 @@ async fn drive_model(agent: &Agent, seed: u64, end: Instant, log: Arc<Mutex<Vec<
 /// Runs a turn's calls at once; reacts to each answer as a model does:
 /// re-issues a deferred call after its wait, rephrases a failed one.
 async fn run_turn(
-    turn: &AgentTurn,
+    turn: &HarnessTurn,
     model: &mut Model,
     first: Vec<ToolCall>,
     end: Instant,
@@ -152,16 +159,16 @@ async fn run_turn(
     }
 }
 
-async fn issue(turn: AgentTurn, call: ToolCall, after: Duration) -> (ToolCall, View, Duration) {
+async fn issue(turn: HarnessTurn, call: ToolCall, after: Duration) -> (ToolCall, View, Duration) {
     tokio::time::sleep(after).await;
     let started = Instant::now();
-    let view = turn.call(&call).await;
+    let view = turn.call(call.tool, &call.args).await;
     (call, view, started.elapsed())
 }
 
 /// The production job: one request every 250 ms, each on its own, on the
 /// same key. Its results are read from the API's records.
-async fn sync_job(client: reqwest::Client, base: String, end: Instant) {
+pub(crate) async fn sync_job(client: reqwest::Client, base: String, end: Instant) {
     let mut ticks = tokio::time::interval(Duration::from_secs(1) / SYNC_PER_SECOND);
     // A late tick must not be followed by a catch-up burst: the job is steady.
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -4,7 +4,10 @@
 //! controller behind TCP congestion avoidance), preceded by TCP's slow start
 //! (RFC 5681 §3.1: exponential growth until the first loss):
 //!
-//! - **slow start**: until the first throttle the rate doubles every second;
+//! - **slow start**: until the first throttle the rate doubles every 250 ms
+//!   of successes, and at most once per success (TCP doubles every round
+//!   trip; a quarter second is a round trip for most APIs, and at a low
+//!   starting rate each answer is the round trip);
 //! - **decrease**: on a throttle the rate drops to `β` times the rate the
 //!   server *accepted* in the second before the throttled request started
 //!   (the requests sent then, less those it refused) — against a rolling
@@ -41,7 +44,7 @@ const MEASURE_WINDOW: Micros = 1_000_000;
 /// Never slower than this, so the controller can always learn again.
 const MIN_RATE: f64 = 0.5;
 /// Slow start doubles the rate once per this interval.
-const SLOW_START_STEP: Micros = 1_000_000;
+const SLOW_START_STEP: Micros = 250_000;
 /// Growth per second past the estimated limit.
 const PROBE_GROWTH: f64 = 1.25;
 
@@ -156,10 +159,9 @@ impl Aimd {
         let elapsed = now.saturating_sub(self.last_step);
         match self.estimate {
             None => {
-                if elapsed >= SLOW_START_STEP {
-                    self.rate *= 2.0;
-                    self.last_step = now;
-                }
+                let steps = (elapsed as f64 / SLOW_START_STEP as f64).min(1.0);
+                self.rate *= 2f64.powf(steps);
+                self.last_step = now;
             }
             Some(limit) if self.confirmed && self.rate < limit => {
                 // Climb (1 - β)·L over one cycle of at least MIN_CYCLE and
@@ -222,13 +224,19 @@ mod tests {
     const S: Micros = 1_000_000;
 
     #[test]
-    fn slow_start_doubles_every_second() {
+    fn slow_start_doubles_every_quarter_second_at_most_once_per_answer() {
         let mut aimd = Aimd::new(1.0, None, 0);
-        for second in 1..=4 {
-            aimd.on_send(second * S - 1);
-            aimd.on_response(second * S - 1, second * S, false);
+        for step in 1..=4 {
+            aimd.on_send(step * S / 4 - 1);
+            aimd.on_response(step * S / 4 - 1, step * S / 4, false);
         }
         assert_eq!(aimd.rate(), 16.0);
+        // One answer after a long silence doubles once, no more.
+        aimd.on_response(2 * S, 3 * S, false);
+        assert_eq!(aimd.rate(), 32.0);
+        // Two answers an eighth of a second apart: sqrt(2) each.
+        aimd.on_response(3 * S, 3 * S + S / 8, false);
+        assert!((aimd.rate() - 32.0 * 2f64.sqrt()).abs() < 1e-9);
         assert_eq!(aimd.state().phase, "slow_start");
     }
 

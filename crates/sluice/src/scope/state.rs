@@ -19,8 +19,10 @@ use crate::outcome::{Outcome, Reason};
 
 /// Weight of the newest latency sample in the moving average.
 const LATENCY_ALPHA: f64 = 0.2;
-/// `rate = "auto"` starts here, requests per second: conservative.
-const AUTO_START: f64 = 1.0;
+/// `rate = "auto"` starts here, requests per second: below what nearly every
+/// API allows, and enough that slow start gets answers to grow on (at 1/s
+/// the first seconds carry one request each).
+const AUTO_START: f64 = 4.0;
 
 /// Where a scope's rate comes from: the lowest of what was configured, what
 /// the server stated, and what the auto controller allows.
