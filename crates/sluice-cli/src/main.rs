@@ -9,6 +9,7 @@ mod demo;
 mod fake_api;
 mod harness;
 mod inspect;
+mod mcp;
 mod serve;
 
 /// Backpressure for AI agents' parallel tool calls.
@@ -29,6 +30,8 @@ enum Command {
     FakeApi(fake_api::Args),
     /// Explain what sluice makes of an HTTP response head (a file or standard input).
     Inspect(inspect::Args),
+    /// Proxy an MCP server over stdio, with its tool calls through the gate.
+    Mcp(mcp::Args),
     /// Serve the sidecar: POST /v1/turns, a per-credential proxy, status and metrics.
     Serve(serve::Args),
 }
@@ -54,6 +57,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Demo(args) => demo::run(args).await,
             Command::FakeApi(args) => fake_api::run(args).await,
             Command::Inspect(args) => inspect::run(args),
+            Command::Mcp(args) => mcp::run(args).await,
             Command::Serve(args) => serve::run(args).await,
         }
     })

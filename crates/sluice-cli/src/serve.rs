@@ -31,7 +31,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let credentials: Vec<String> = config.credentials.keys().cloned().collect();
     let tools = config.tools.len();
-    let state = AppState::new(config).context("cannot start the sidecar")?;
+    let state = AppState::connect(config, None)
+        .await
+        .context("cannot start the sidecar")?;
     let addr = state.config().server.listen;
     let listener = TcpListener::bind(addr)
         .await

@@ -54,6 +54,17 @@ struct ScopeLabels {
     scope: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    credential: String,
+    mode: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
 type SecondsHistograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// 1 ms to about 33 s, doubling: rate waits, backoffs and API latencies.
@@ -77,6 +88,8 @@ pub struct Metrics {
     queued: Family<ScopeLabels, Gauge>,
     quota_exhausted: Family<ScopeLabels, Gauge>,
     blocked: Family<ScopeLabels, Gauge<f64, AtomicU64>>,
+    shared_mode: Family<ModeLabels, Gauge>,
+    redis_errors: Family<KindLabels, Gauge>,
     /// Scrapes refresh the gauges then encode: one at a time.
     scrape: Mutex<()>,
 }
@@ -110,6 +123,8 @@ impl Metrics {
             queued: Family::default(),
             quota_exhausted: Family::default(),
             blocked: Family::default(),
+            shared_mode: Family::default(),
+            redis_errors: Family::default(),
             scrape: Mutex::new(()),
             registry: Registry::default(),
         };
@@ -173,6 +188,16 @@ impl Metrics {
             "How long the server has blocked a scope from now",
             metrics.blocked.clone(),
         );
+        registry.register(
+            "shared_backend_mode",
+            "1 for the mode a shared credential is in now (shared: decided in Redis; fallback: locally at its share)",
+            metrics.shared_mode.clone(),
+        );
+        registry.register(
+            "shared_redis_errors",
+            "Redis commands that failed since start, by kind",
+            metrics.redis_errors.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -192,8 +217,9 @@ impl Metrics {
             .inc();
     }
 
-    /// The Prometheus text, with the scope gauges set from `scopes` first.
-    pub fn encode(&self, scopes: &[ScopeStatus]) -> String {
+    /// The Prometheus text, with the scope gauges set from `scopes`, and the
+    /// shared backend's from `shared`, first.
+    pub fn encode(&self, scopes: &[ScopeStatus], shared: Option<&sluice_redis::Status>) -> String {
         let _one_at_a_time = self
             .scrape
             .lock()
@@ -222,6 +248,34 @@ impl Metrics {
             self.blocked
                 .get_or_create(&labels)
                 .set(blocked_ms as f64 / 1_000.0);
+        }
+        self.shared_mode.clear();
+        if let Some(shared) = shared {
+            for credential in &shared.credentials {
+                for mode in ["shared", "fallback"] {
+                    let now = match credential.mode {
+                        sluice_redis::Mode::Shared => "shared",
+                        sluice_redis::Mode::Fallback => "fallback",
+                    };
+                    self.shared_mode
+                        .get_or_create(&ModeLabels {
+                            credential: credential.credential.clone(),
+                            mode: mode.to_owned(),
+                        })
+                        .set(i64::from(now == mode));
+                }
+            }
+            let errors = shared.errors;
+            for (kind, count) in [
+                ("timeout", errors.timeout),
+                ("connection", errors.connection),
+                ("server", errors.server),
+                ("reply", errors.reply),
+            ] {
+                self.redis_errors
+                    .get_or_create(&KindLabels { kind: kind.to_owned() })
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
         }
         let mut text = String::new();
         // Writing to a String cannot fail.
@@ -376,7 +430,7 @@ mod tests {
         scope.in_flight = 2;
         scope.queued = 3;
         scope.blocked_for_ms = Some(1500);
-        let text = metrics.encode(&[scope]);
+        let text = metrics.encode(&[scope], None);
         for line in [
             r#"sluice_calls_total{credential="support",tool="search",outcome="rate_limited",reason="shed"} 1"#,
             r#"sluice_shed_calls_total{credential="support"} 1"#,
@@ -389,7 +443,7 @@ mod tests {
             assert!(text.contains(line), "{line}\n{text}");
         }
         // A scope that is gone disappears from the gauges.
-        let text = metrics.encode(&[]);
+        let text = metrics.encode(&[], None);
         assert!(!text.contains("sluice_in_flight{"), "{text}");
     }
 }

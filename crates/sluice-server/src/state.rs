@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use sluice::Gate;
 
-use crate::config::{Config, ConfigError};
+use sluice_redis::{RedisBudget, RedisConfig};
+
+use crate::config::{Config, ConfigError, SharedSettings};
 use crate::executor::{ClientError, HttpExecutor};
 use crate::metrics::Metrics;
 use crate::turns::{MAX_TURNS, Turns};
@@ -32,14 +34,18 @@ pub enum StartError {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// A credential asks for a shared budget, which needs the Redis backend.
+    /// A credential asks for a shared budget, which needs
+    /// [`AppState::connect`] (it connects to Redis).
     #[error(
-        "credentials.{credential}.shared: shared budgets need the Redis backend, which is not wired into sluice serve yet; set shared = false"
+        "credentials.{credential}.shared: a shared budget needs the Redis backend: start with AppState::connect"
     )]
-    SharedNotWired {
+    SharedNeedsConnect {
         /// The credential.
         credential: String,
     },
+    /// The shared backend's settings are invalid.
+    #[error("shared: {0}")]
+    Shared(#[from] sluice_redis::Error),
     /// The HTTP client could not be built.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -65,25 +71,41 @@ pub(crate) struct Inner {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) turns: Turns<HttpExecutor>,
     pub(crate) deadline_cap: Duration,
+    /// The shared budget, when a credential has `shared = true`.
+    pub(crate) shared: Option<Arc<RedisBudget>>,
     proxy_labels: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 impl AppState {
     /// Builds the state from a checked configuration, with jitter from the OS.
     /// Must run inside a tokio runtime (the engine reads tokio's clock).
+    /// A configuration with shared credentials needs [`AppState::connect`].
     pub fn new(config: Config) -> Result<Self, StartError> {
-        Self::build(config, None)
+        Self::build(config, None, None)
     }
 
     /// As [`AppState::new`], with the jitter seeded (tests, reproducible runs).
     pub fn with_seed(config: Config, seed: u64) -> Result<Self, StartError> {
-        Self::build(config, Some(seed))
+        Self::build(config, Some(seed), None)
     }
 
-    fn build(config: Config, seed: Option<u64>) -> Result<Self, StartError> {
+    /// Builds the state, connecting to the shared backend (Redis) when a
+    /// credential has `shared = true`. Redis being down is not an error:
+    /// the backend starts in fallback and recovers by itself.
+    pub async fn connect(config: Config, seed: Option<u64>) -> Result<Self, StartError> {
+        let shared = match (&config.shared, config.credentials.values().any(|c| c.shared)) {
+            (Some(settings), true) => Some(Arc::new(RedisBudget::connect(redis_config(settings)).await?)),
+            _ => None,
+        };
+        Self::build(config, seed, shared)
+    }
+
+    fn build(config: Config, seed: Option<u64>, shared: Option<Arc<RedisBudget>>) -> Result<Self, StartError> {
         config.check_exposure()?;
-        if let Some((name, _)) = config.credentials.iter().find(|(_, c)| c.shared) {
-            return Err(StartError::SharedNotWired {
+        if shared.is_none()
+            && let Some((name, _)) = config.credentials.iter().find(|(_, c)| c.shared)
+        {
+            return Err(StartError::SharedNeedsConnect {
                 credential: name.clone(),
             });
         }
@@ -92,6 +114,9 @@ impl AppState {
         let mut builder = Gate::builder(config.gate.clone(), executor).observer(metrics.clone());
         if let Some(seed) = seed {
             builder = builder.seed(seed);
+        }
+        if let Some(budget) = &shared {
+            builder = builder.shared(budget.clone());
         }
         let gate = builder.build().map_err(ConfigError::from)?;
         let turns = Turns::new(config.gate.defaults.turn_cache_ttl, MAX_TURNS);
@@ -103,6 +128,7 @@ impl AppState {
                 metrics,
                 turns,
                 deadline_cap,
+                shared,
                 proxy_labels: Mutex::new(HashMap::new()),
             }),
         })
@@ -121,6 +147,11 @@ impl AppState {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// The shared backend's state (mode per credential, Redis errors), if any.
+    pub fn shared_status(&self) -> Option<sluice_redis::Status> {
+        self.inner.shared.as_ref().map(|budget| budget.status())
     }
 
     /// How long shutdown waits for calls in flight: the longest deadline a
@@ -161,4 +192,20 @@ impl Inner {
             plain
         }
     }
+}
+
+/// The Redis backend's settings from `[shared]`: `redis_urls` means a
+/// cluster (its seeds), `redis_url` one node.
+fn redis_config(settings: &SharedSettings) -> RedisConfig {
+    let mut config = if settings.redis_urls.is_empty() {
+        let url = settings.redis_url.as_ref().map(|url| url.expose().to_owned()).unwrap_or_default();
+        RedisConfig::single(url)
+    } else {
+        RedisConfig::cluster(settings.redis_urls.iter().map(|url| url.expose().to_owned()))
+    };
+    config = config.timeout(settings.timeout);
+    if let Some(share) = settings.fallback_share {
+        config = config.fallback_share(share);
+    }
+    config
 }

@@ -442,7 +442,7 @@ fn the_shared_section_is_parsed_but_shared_budgets_do_not_start_yet() {
     let error = runtime
         .block_on(async { AppState::new(config) })
         .unwrap_err();
-    assert!(matches!(error, StartError::SharedNotWired { .. }));
+    assert!(matches!(error, StartError::SharedNeedsConnect { .. }));
     let message = error.to_string();
     assert!(
         message.starts_with("credentials.support.shared: ") && message.contains("Redis"),

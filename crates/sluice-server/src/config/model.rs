@@ -94,8 +94,8 @@ pub struct Upstream {
     pub shared: bool,
 }
 
-/// `[shared]`: the shared budget backend (Redis). Parsed and checked here;
-/// the backend itself is wired elsewhere.
+/// `[shared]`: the shared budget backend (Redis): `redis_url` is one node,
+/// `redis_urls` the seeds of a Redis Cluster.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SharedSettings {
     /// One Redis URL (it may carry a password, so it is kept as a secret).

@@ -239,9 +239,7 @@ fn credential(
         max_in_flight,
         queue: file.queue,
         expected_latency,
-        // Whatever else the engine learns to configure keeps its default;
-        // `shared` stays off until the sidecar wires a shared backend.
-        ..CredentialConfig::default()
+        shared: file.shared,
     };
     let upstream = Upstream {
         base_url,

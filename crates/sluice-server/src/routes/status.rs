@@ -21,6 +21,8 @@ struct Status {
     window_margin_ms: u128,
     /// Turns remembered by `turn_id`.
     open_turns: usize,
+    /// The shared backend (Redis): mode per credential, errors, leases.
+    shared_backend: Option<sluice_redis::Status>,
 }
 
 #[derive(Debug, Serialize)]
@@ -112,13 +114,14 @@ pub(crate) async fn status(State(state): State<AppState>) -> Response {
         tools,
         window_margin_ms: config.gate.defaults.window_margin.as_millis(),
         open_turns: inner.turns.len(),
+        shared_backend: state.shared_status(),
     })
     .into_response()
 }
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let inner = &state.inner;
-    let text = inner.metrics.encode(&inner.gate.status());
+    let text = inner.metrics.encode(&inner.gate.status(), state.shared_status().as_ref());
     let mut response = text.into_response();
     response
         .headers_mut()

@@ -1,0 +1,234 @@
+//! `sluice bench shared`: the shared limiter's cost and accuracy on a real
+//! `redis-server` of its own.
+//!
+//! - decisions per second one process makes, with leases and without
+//!   (`max_lease = 1`: one round trip per decision);
+//! - Redis round trips per admitted call (`INFO commandstats`);
+//! - the rate three `sluice serve` processes on one key reach together, as
+//!   a fraction of what the key allows (from the fake API's records).
+
+use std::fmt::Write as _;
+use std::num::NonZeroU32;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use redis::AsyncCommands;
+use serde::Serialize;
+use sluice::Rate;
+use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
+use sluice_redis::{RedisBudget, RedisConfig};
+use tokio::time::Instant;
+
+use super::children::Server;
+
+/// Flags of `sluice bench shared`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Callers asking at once in one process.
+    #[arg(long, default_value_t = 64)]
+    callers: usize,
+    /// The key's limit for the three-process run, per second.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Figures {
+    decisions_per_second_with_leases: f64,
+    round_trips_per_decision_with_leases: f64,
+    decisions_per_second_without_leases: f64,
+    round_trips_per_decision_without_leases: f64,
+    three_processes_busiest_second: usize,
+    three_processes_allowed: u32,
+    three_processes_ratio: f64,
+    three_processes_round_trips_per_admitted_call: f64,
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let dir = std::env::temp_dir().join(format!("sluice-bench-shared-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let dir_text = dir.to_str().context("temporary path is not UTF-8")?.to_owned();
+    let port_text = port.to_string();
+    let _redis = Server::tcp(
+        "redis-server",
+        &["--port", &port_text, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", &dir_text],
+        port,
+    )
+    .await?;
+    let url = format!("redis://127.0.0.1:{port}");
+    let redis = redis::Client::open(url.as_str())?;
+
+    let (with_rate, with_trips) = decisions(&url, &redis, None, &args).await?;
+    let (without_rate, without_trips) = decisions(&url, &redis, Some(1), &args).await?;
+    let (busiest, trips) = three_processes(&url, &redis, &dir, &args).await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let figures = Figures {
+        decisions_per_second_with_leases: with_rate,
+        round_trips_per_decision_with_leases: with_trips,
+        decisions_per_second_without_leases: without_rate,
+        round_trips_per_decision_without_leases: without_trips,
+        three_processes_busiest_second: busiest,
+        three_processes_allowed: args.limit,
+        three_processes_ratio: busiest as f64 / f64::from(args.limit),
+        three_processes_round_trips_per_admitted_call: trips,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+    } else {
+        print!("{}", table(&figures, &args));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Round trips a client sends (scripts and their loading), not the
+/// commands scripts run inside.
+async fn round_trips(redis: &redis::Client) -> anyhow::Result<u64> {
+    let mut conn = redis.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
+    Ok(info
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let counted = matches!(name, "evalsha" | "eval" | "script|load" | "script");
+            let calls: u64 = rest.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
+            counted.then_some(calls)
+        })
+        .sum())
+}
+
+async fn reset_stats(redis: &redis::Client) -> anyhow::Result<()> {
+    let mut conn = redis.get_multiplexed_async_connection().await?;
+    let _: () = conn.flushall().await?;
+    let _: String = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await?;
+    Ok(())
+}
+
+/// `callers` tasks reserving back to back on one budget, under a limit far
+/// above what they ask: every decision is a grant.
+async fn decisions(url: &str, redis: &redis::Client, max_lease: Option<u32>, args: &Args) -> anyhow::Result<(f64, f64)> {
+    reset_stats(redis).await?;
+    let mut config = RedisConfig::single(url);
+    if let Some(slots) = max_lease {
+        config = config.max_lease(slots);
+    }
+    let budget = Arc::new(RedisBudget::connect(config).await?);
+    let limit = SharedLimit {
+        rate: Rate::new(NonZeroU32::new(1_000_000).context("nonzero")?, Duration::from_secs(1)).context("rate")?,
+        burst: None,
+    };
+    let granted = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + Duration::from_secs(args.seconds);
+    let mut callers = tokio::task::JoinSet::new();
+    for _ in 0..args.callers {
+        let (budget, granted) = (budget.clone(), granted.clone());
+        callers.spawn(async move {
+            while Instant::now() < until {
+                let request = ReserveRequest {
+                    credential: "bench",
+                    scopes: &["api_key"],
+                    limit: Some(limit),
+                    not_before: Duration::ZERO,
+                    max_wait: Duration::from_secs(1),
+                };
+                if let Decision::Granted { .. } = budget.reserve(request).await {
+                    granted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while callers.join_next().await.is_some() {}
+    let granted = granted.load(Ordering::Relaxed);
+    let trips = round_trips(redis).await?;
+    Ok((granted as f64 / args.seconds as f64, trips as f64 / granted.max(1) as f64))
+}
+
+/// Three `sluice serve` processes with `shared = true` on one key, driven
+/// hard; returns the busiest second at the fake and round trips per call.
+async fn three_processes(url: &str, redis: &redis::Client, dir: &std::path::Path, args: &Args) -> anyhow::Result<(usize, f64)> {
+    reset_stats(redis).await?;
+    let fake = Server::sluice(&["fake-api", "--listen", "127.0.0.1:0", "--limit", "1000000/1s", "--headers", "none"])?;
+    let config = dir.join("shared.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[credentials.api]\nbase_url = \"{}\"\nrate = \"{}/1s\"\nmax_in_flight = 64\nqueue = 256\nshared = true\n\n\
+             [tools.get]\ncredential = \"api\"\nmethod = \"GET\"\npath = \"/api/item?n={{n}}\"\nread = false\n\n[shared]\nredis_url = \"{url}\"\n",
+            fake.url, args.limit
+        ),
+    )?;
+    let config = config.to_str().context("temporary path is not UTF-8")?;
+    let sidecars = (0..3)
+        .map(|_| Server::sluice(&["serve", "--config", config, "--listen", "127.0.0.1:0"]))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let client = reqwest::Client::new();
+    let until = Instant::now() + Duration::from_secs(args.seconds.max(5));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for (p, sidecar) in sidecars.iter().enumerate() {
+        for w in 0..16 {
+            let (client, turns, admitted) = (client.clone(), format!("{}/v1/turns", sidecar.url), admitted.clone());
+            workers.spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    n += 1;
+                    let body = format!(r#"{{"calls":[{{"id":"c","tool":"get","args":{{"n":"{p}-{w}-{n}"}},"deadline_ms":1500}}]}}"#);
+                    let text = match client.post(&turns).header("content-type", "application/json").body(body).send().await {
+                        Ok(response) => response.text().await.unwrap_or_default(),
+                        Err(_) => String::new(),
+                    };
+                    if text.contains(r#""status":"ok""#) {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            });
+        }
+    }
+    while workers.join_next().await.is_some() {}
+    let stats = client.get(format!("{}/_fake/stats", fake.url)).send().await?.bytes().await?;
+    let stats: serde_json::Value = serde_json::from_slice(&stats)?;
+    let mut starts: Vec<f64> = stats["requests"]
+        .as_array()
+        .map(|requests| requests.iter().filter_map(|r| r["t_ms"].as_f64()).collect())
+        .unwrap_or_default();
+    starts.sort_by(f64::total_cmp);
+    let mut busiest = 0;
+    let mut lo = 0;
+    for hi in 0..starts.len() {
+        while starts[hi] - starts[lo] >= 1_000.0 {
+            lo += 1;
+        }
+        busiest = busiest.max(hi - lo + 1);
+    }
+    let trips = round_trips(redis).await?;
+    drop(sidecars);
+    Ok((busiest, trips as f64 / admitted.load(Ordering::Relaxed).max(1) as f64))
+}
+
+fn table(f: &Figures, args: &Args) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\n| measurement | figure |");
+    let _ = writeln!(out, "|---|---:|");
+    let _ = writeln!(out, "| decisions per second, one process, {} callers, with leases | {:.0} |", args.callers, f.decisions_per_second_with_leases);
+    let _ = writeln!(out, "| Redis round trips per decision, with leases | {:.3} |", f.round_trips_per_decision_with_leases);
+    let _ = writeln!(out, "| decisions per second, without leases (one round trip each) | {:.0} |", f.decisions_per_second_without_leases);
+    let _ = writeln!(out, "| Redis round trips per decision, without leases | {:.3} |", f.round_trips_per_decision_without_leases);
+    let _ = writeln!(
+        out,
+        "| three `sluice serve` processes on one key at {}/s: busiest second | {} ({:.2} x allowed) |",
+        f.three_processes_allowed, f.three_processes_busiest_second, f.three_processes_ratio
+    );
+    let _ = writeln!(out, "| Redis round trips per admitted call, three processes | {:.3} |", f.three_processes_round_trips_per_admitted_call);
+    out
+}

@@ -1,0 +1,26 @@
+//! Why the proxy cannot run.
+
+/// Why `sluice mcp` could not start or keep running.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The gate rejected the configuration.
+    #[error(transparent)]
+    Gate(#[from] sluice::ConfigError),
+    /// The MCP server's command could not be started.
+    #[error("cannot start the MCP server {program:?}: {source}")]
+    Spawn {
+        /// The command.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Waiting for the MCP server, or reading standard input, failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: &'static str,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+}

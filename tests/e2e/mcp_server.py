@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""A small MCP server (official Python SDK) for tests/e2e/test_mcp.py.
+
+Run over stdio by `sluice mcp ... -- python3 tests/e2e/mcp_server.py`. Every
+tool call is recorded, as one JSON line at its start and one at its end, in
+the file named by SLUICE_E2E_RECORD: the tool, its arguments, the time
+(time.monotonic(), seconds) and how many calls were in progress, the call
+itself included. That file is the witness the test asserts on: it is what
+the server behind sluice actually saw.
+
+Tools: `lookup` and `search` are marked read-only (annotations.readOnlyHint);
+`send` is a write. Each takes LATENCY_S to answer.
+"""
+
+import asyncio
+import json
+import os
+import time
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+
+LATENCY_S = float(os.environ.get("SLUICE_E2E_LATENCY_S", "0.2"))
+RECORD = os.environ["SLUICE_E2E_RECORD"]
+
+server = MCPServer("sluice-e2e")
+in_flight = 0
+
+
+def record(event, tool, args):
+    line = json.dumps({"event": event, "tool": tool, "args": args, "t": time.monotonic(), "in_flight": in_flight})
+    with open(RECORD, "a") as f:
+        f.write(line + "\n")
+
+
+async def work(tool, args):
+    global in_flight
+    in_flight += 1
+    record("start", tool, args)
+    try:
+        await asyncio.sleep(LATENCY_S)
+        return f"{tool} {json.dumps(args, sort_keys=True)} at {time.monotonic():.6f}"
+    finally:
+        in_flight -= 1
+        record("end", tool, args)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def lookup(key: str) -> str:
+    """Look a key up (read-only)."""
+    return await work("lookup", {"key": key})
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def search(query: str) -> str:
+    """Search (read-only)."""
+    return await work("search", {"query": query})
+
+
+@server.tool()
+async def send(n: int) -> str:
+    """Send something (a write)."""
+    return await work("send", {"n": n})
+
+
+if __name__ == "__main__":
+    server.run("stdio")
