@@ -8,6 +8,7 @@ mod bench;
 mod demo;
 mod fake_api;
 mod harness;
+mod logging;
 mod inspect;
 mod mcp;
 mod serve;

@@ -1,13 +1,12 @@
 //! `sluice mcp`: an MCP server behind sluice, over stdio.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use sluice_mcp::{Command, McpConfig, exit_code};
-use tracing_subscriber::EnvFilter;
 
 /// Flags of `sluice mcp`.
 #[derive(Debug, clap::Args)]
@@ -29,7 +28,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    init_logging();
+    crate::logging::init();
     let config = McpConfig::load(&args.config, args.credential.as_deref())
         .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
     let (program, rest) = args
@@ -48,17 +47,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let status = sluice_mcp::run(config, &command).await?;
     // The server's status is ours: a client sees the same exit either way.
     Ok(ExitCode::from(exit_code(status)))
-}
-
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`): stdout carries
-/// the protocol, and the server's own stderr is interleaved with ours.
-fn init_logging() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `sluice serve`: the sidecar, from a configuration file.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use sluice_server::{AppState, Config, serve};
 use tokio::net::TcpListener;
-use tracing_subscriber::EnvFilter;
 
 /// Flags of `sluice serve`.
 #[derive(Debug, clap::Args)]
@@ -23,7 +22,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    init_logging();
+    crate::logging::init();
     let mut config = Config::load(&args.config)
         .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
     if let Some(listen) = args.listen {
@@ -58,18 +57,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     serve(listener, state, shutdown).await?;
     tracing::info!("sidecar stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`); stdout is kept
-/// for the address line.
-fn init_logging() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Another subcommand or a test may have installed one already: keep it.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
 }
 
 /// A future that resolves on SIGINT or, on Unix, SIGTERM.

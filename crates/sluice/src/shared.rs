@@ -197,6 +197,18 @@ impl InMemoryBudget {
     }
 }
 
+impl Entry {
+    /// A scope nobody has reserved on yet: no limit, no hold.
+    fn fresh() -> Self {
+        Entry {
+            cell: LimiterCell::unlimited(),
+            limit: None,
+            quota_until: 0,
+            granted: HashMap::new(),
+        }
+    }
+}
+
 fn key(credential: &str, scope: &str) -> (String, String) {
     (credential.to_owned(), scope.to_owned())
 }
@@ -209,12 +221,7 @@ fn entry<'a>(
 ) -> &'a mut Entry {
     let entry = state
         .entry(key(credential, scope))
-        .or_insert_with(|| Entry {
-            cell: LimiterCell::unlimited(),
-            limit: None,
-            quota_until: 0,
-            granted: HashMap::new(),
-        });
+        .or_insert_with(Entry::fresh);
     if entry.limit != limit {
         entry
             .cell
@@ -261,12 +268,7 @@ impl SharedBudget for InMemoryBudget {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let entry = state
             .entry(key(credential, scope))
-            .or_insert_with(|| Entry {
-                cell: LimiterCell::unlimited(),
-                limit: None,
-                quota_until: 0,
-                granted: HashMap::new(),
-            });
+            .or_insert_with(Entry::fresh);
         match hold {
             Hold::Quota => entry.quota_until = entry.quota_until.max(until),
             Hold::Blocked | Hold::Rate => entry.cell.penalize(until, now),

@@ -48,13 +48,7 @@ impl Server {
 
     /// Runs `program args` and waits until `url` answers HTTP.
     pub(crate) async fn other(program: &str, args: &[&str], url: String) -> anyhow::Result<Self> {
-        let child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {program} (is it installed?)"))?;
+        let child = quiet(program, args)?;
         let server = Server { child, url };
         let client = reqwest::Client::new();
         for _ in 0..100 {
@@ -68,13 +62,7 @@ impl Server {
 
     /// Runs `program args` and waits until it accepts TCP connections on `port`.
     pub(crate) async fn tcp(program: &str, args: &[&str], port: u16) -> anyhow::Result<Self> {
-        let child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {program} (is it installed?)"))?;
+        let child = quiet(program, args)?;
         let server = Server {
             child,
             url: format!("127.0.0.1:{port}"),
@@ -87,6 +75,17 @@ impl Server {
         }
         bail!("{program} never listened on port {port}")
     }
+}
+
+/// `program args` with no input and its output discarded.
+fn quiet(program: &str, args: &[&str]) -> anyhow::Result<Child> {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {program} (is it installed?)"))
 }
 
 impl Drop for Server {

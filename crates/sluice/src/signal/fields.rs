@@ -64,17 +64,6 @@ pub(crate) fn parse_integer(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
-/// Builds a header map from name/value pairs (tests of every profile use it).
-#[cfg(test)]
-pub(crate) fn header_map(pairs: &[(&str, &str)]) -> HeaderMap {
-    let mut map = HeaderMap::new();
-    for (name, value) in pairs {
-        let name = http::HeaderName::from_bytes(name.as_bytes()).unwrap();
-        map.append(name, value.parse().unwrap());
-    }
-    map
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

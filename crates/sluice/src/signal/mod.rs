@@ -7,6 +7,8 @@ pub(crate) mod clock;
 pub(crate) mod fields;
 mod model;
 pub mod profiles;
+#[cfg(test)]
+mod testing;
 
 pub use clock::ResponseClock;
 pub use fields::Fields;

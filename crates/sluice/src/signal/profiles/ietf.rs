@@ -115,17 +115,10 @@ fn reset(clock: &ResponseClock, value: u64) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
+    use crate::signal::testing::signal;
+    use std::time::Duration;
 
-    use http::StatusCode;
-
-    use crate::signal::{ScopeSignal, Signal, read};
-
-    fn signal(status: u16, headers: &[(&str, &str)]) -> Signal {
-        let map = crate::signal::fields::header_map(headers);
-        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        read(StatusCode::from_u16(status).unwrap(), &map, now)
-    }
+    use crate::signal::{ScopeSignal, Signal};
 
     fn scope<'a>(signal: &'a Signal, name: &str) -> &'a ScopeSignal {
         signal.scopes.iter().find(|s| s.name == name).unwrap()

@@ -82,38 +82,16 @@ fn timestamp(clock: &ResponseClock, text: &str) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    use crate::signal::testing::{Row, rows, signal_at};
+    use std::time::{Duration, UNIX_EPOCH};
 
-    use http::StatusCode;
-
-    use crate::signal::{Signal, read};
+    use crate::signal::Signal;
 
     /// 2024-03-05T14:00:00Z.
     const NOW: u64 = 1_709_647_200;
 
-    fn signal_at(status: u16, headers: &[(&str, &str)], received: SystemTime) -> Signal {
-        let map = crate::signal::fields::header_map(headers);
-        read(StatusCode::from_u16(status).unwrap(), &map, received)
-    }
-
     fn signal(status: u16, headers: &[(&str, &str)]) -> Signal {
         signal_at(status, headers, UNIX_EPOCH + Duration::from_secs(NOW))
-    }
-
-    type Row = (&'static str, Option<u64>, Option<u64>, Option<u64>);
-
-    /// A row as read, scope name owned.
-    type Got = (String, Option<u64>, Option<u64>, Option<u64>);
-
-    fn rows(signal: &Signal) -> Vec<Got> {
-        signal
-            .scopes
-            .iter()
-            .map(|s| {
-                let reset = s.reset.map(|r| u64::try_from(r.as_millis()).unwrap());
-                (s.name.clone(), s.limit, s.remaining, reset)
-            })
-            .collect()
     }
 
     #[test]

@@ -42,33 +42,8 @@ fn read(fields: &Fields<'_>, _clock: &ResponseClock, signal: &mut Signal) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
-
-    use http::StatusCode;
-
-    use crate::signal::{Signal, read};
-
-    fn signal(status: u16, headers: &[(&str, &str)]) -> Signal {
-        let map = crate::signal::fields::header_map(headers);
-        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        read(StatusCode::from_u16(status).unwrap(), &map, now)
-    }
-
-    type Row = (&'static str, Option<u64>, Option<u64>, Option<u64>);
-
-    /// A row as read, scope name owned.
-    type Got = (String, Option<u64>, Option<u64>, Option<u64>);
-
-    fn rows(signal: &Signal) -> Vec<Got> {
-        signal
-            .scopes
-            .iter()
-            .map(|s| {
-                let reset = s.reset.map(|r| u64::try_from(r.as_millis()).unwrap());
-                (s.name.clone(), s.limit, s.remaining, reset)
-            })
-            .collect()
-    }
+    use crate::signal::testing::{Row, rows, signal};
+    use std::time::Duration;
 
     #[test]
     fn table() {

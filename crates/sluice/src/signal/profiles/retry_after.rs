@@ -28,6 +28,7 @@ fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
 
 #[cfg(test)]
 mod tests {
+
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use http::StatusCode;
@@ -35,7 +36,7 @@ mod tests {
     use crate::signal::read;
 
     fn wait(headers: &[(&str, &str)], received: SystemTime) -> Option<(Duration, &'static str)> {
-        let map = crate::signal::fields::header_map(headers);
+        let map = crate::signal::testing::header_map(headers);
         read(StatusCode::TOO_MANY_REQUESTS, &map, received)
             .retry_after
             .map(|w| (w.delay, w.source))

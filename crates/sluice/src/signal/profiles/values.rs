@@ -46,7 +46,8 @@ pub(super) fn latest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signal::fields::{header_map, parse_integer};
+    use crate::signal::fields::parse_integer;
+    use crate::signal::testing::header_map;
 
     #[test]
     fn repeated_and_listed_values_bind_at_their_tightest() {

@@ -79,11 +79,12 @@ fn reset(clock: &ResponseClock, text: &str) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    use crate::signal::testing::{Row, rows};
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use http::StatusCode;
 
-    use crate::signal::{ScopeSignal, Signal, read};
+    use crate::signal::{Signal, read};
 
     const NOW: u64 = 1_700_000_000;
 
@@ -92,25 +93,8 @@ mod tests {
     }
 
     fn signal(status: u16, headers: &[(&str, &str)]) -> Signal {
-        let map = crate::signal::fields::header_map(headers);
+        let map = crate::signal::testing::header_map(headers);
         read(StatusCode::from_u16(status).unwrap(), &map, now())
-    }
-
-    /// (scope, limit, remaining, reset in ms) of every scope reported.
-    type Row = (&'static str, Option<u64>, Option<u64>, Option<u64>);
-
-    /// A row as read, scope name owned.
-    type Got = (String, Option<u64>, Option<u64>, Option<u64>);
-
-    fn rows(signal: &Signal) -> Vec<Got> {
-        signal
-            .scopes
-            .iter()
-            .map(|s: &ScopeSignal| {
-                let reset = s.reset.map(|r| u64::try_from(r.as_millis()).unwrap());
-                (s.name.clone(), s.limit, s.remaining, reset)
-            })
-            .collect()
     }
 
     #[test]

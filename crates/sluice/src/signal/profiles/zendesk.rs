@@ -77,17 +77,10 @@ fn endpoint(scope: &str, text: &str) -> ScopeSignal {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
+    use crate::signal::testing::signal;
+    use std::time::Duration;
 
-    use http::StatusCode;
-
-    use crate::signal::{Signal, read};
-
-    fn signal(status: u16, headers: &[(&str, &str)]) -> Signal {
-        let map = crate::signal::fields::header_map(headers);
-        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        read(StatusCode::from_u16(status).unwrap(), &map, now)
-    }
+    use crate::signal::Signal;
 
     /// (scope, limit, remaining, reset in s, window in s).
     type Row = (
