@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every benchmark and regenerates BENCHMARKS.md from what they print.
+#   scripts/bench.sh            # about 13 minutes on 2 cores
+# Needs redis-server and nginx on PATH (apt-get install redis-server nginx-light).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=target/bench-results
+mkdir -p "$out"
+
+step() { printf '\n== %s\n' "$*" >&2; }
+
+step "build (release)"
+cargo build --release -p sluice-cli --quiet
+bin=target/release/sluice
+
+step "micro: limiter cells next to governor"
+cargo bench -p sluice --bench limiter -- --warm-up-time 1 --measurement-time 3 2>/dev/null | tee "$out/limiter.txt" >&2
+
+step "micro: a whole gate call, 100,000 keyed scopes"
+cargo bench -p sluice --bench gate -- --warm-up-time 1 --measurement-time 3 2>/dev/null | tee "$out/gate.txt" >&2
+
+step "scenarios: every strategy on every scenario"
+"$bin" bench scenarios --json > "$out/scenarios.json"
+
+step "sidecar overhead, next to nginx"
+"$bin" bench overhead --json > "$out/overhead.json"
+
+step "shared limiter on Redis"
+"$bin" bench shared --json > "$out/shared.json"
+
+step "render BENCHMARKS.md"
+python3 scripts/render_benchmarks.py "$out" > BENCHMARKS.md
+echo "BENCHMARKS.md regenerated" >&2
