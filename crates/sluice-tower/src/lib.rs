@@ -99,3 +99,10 @@ pub use crate::layer::SluiceLayer;
 pub use crate::reqwest::SluiceMiddleware;
 pub use crate::service::SluiceService;
 pub use crate::target::Target;
+
+/// The README's Rust examples, compiled and run as doctests so it stays
+/// true: here, where every crate they use is a dependency (the reqwest
+/// example needs the `reqwest` feature; the test command enables it).
+#[cfg(all(doctest, feature = "reqwest"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

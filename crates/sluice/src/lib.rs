@@ -80,8 +80,3 @@ pub use outcome::{Outcome, Reason};
 pub use rate::{Rate, RateError};
 pub use retry::{Failure, RetryBudget, full_jitter};
 pub use turn::Turn;
-
-/// The README's Rust examples, compiled and run as doctests so it stays true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

@@ -23,8 +23,9 @@ use crate::turn::TurnShared;
 
 /// Longest upstream body quoted in an error outcome's message.
 const MAX_ERROR_BODY: usize = 1_000;
-/// Rounds of re-reserving after a penalty voided a waiting reservation.
-const MAX_REVOKED: u32 = 8;
+/// Rounds of re-reserving after penalties voided waiting reservations. The
+/// inline budget bounds the time spent; this only guards against spinning.
+const MAX_REVOKED: u32 = 256;
 
 /// Reservations held on each of a call's scopes, all for one start.
 type Held = Vec<(Arc<Scope>, Reservation)>;
@@ -323,6 +324,10 @@ impl<E: Executor> Inner<E> {
         scopes: &[Arc<Scope>],
         job: &Job<'_, E::Payload>,
     ) -> Result<(), Outcome> {
+        // Every wait below counts against one inline budget: a call whose
+        // reservations penalties keep voiding re-reserves, and stays below
+        // the model's view, until it has waited `inline_wait` in all.
+        let began = Instant::now();
         for _ in 0..MAX_REVOKED {
             let now = self.now();
             if let Some(outcome) = self.quota_spent(scopes, now) {
@@ -334,7 +339,9 @@ impl<E: Executor> Inner<E> {
             }
             // Never start a wait the deadline cannot pay for: the start must
             // come strictly before the deadline.
-            let max_wait = micros(self.defaults.inline_wait).min(remaining - 1);
+            let inline_left =
+                micros(self.defaults.inline_wait).saturating_sub(micros(began.elapsed()));
+            let max_wait = inline_left.min(remaining - 1);
             let latest = now + max_wait;
             let mut local = reserve_all(scopes, now, now, max_wait).map_err(|(scope, NotUntil(at))| {
                 let wait = Duration::from_micros(at.saturating_sub(now));
