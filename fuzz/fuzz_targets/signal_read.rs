@@ -46,9 +46,17 @@ fuzz_target!(|data: &[u8]| {
     let received = UNIX_EPOCH + Duration::from_secs(RECEIVED);
     let signal = signal::read(status, &headers, received);
 
-    assert!(signal.retry_after.as_ref().is_none_or(|w| w.delay <= MAX_DELAY));
+    assert!(
+        signal
+            .retry_after
+            .as_ref()
+            .is_none_or(|w| w.delay <= MAX_DELAY)
+    );
     for scope in &signal.scopes {
-        assert!(!scope.name.is_empty() && scope.name.len() <= 64, "{scope:?}");
+        assert!(
+            !scope.name.is_empty() && scope.name.len() <= 64,
+            "{scope:?}"
+        );
         assert!(scope.reset.is_none_or(|r| r <= MAX_DELAY), "{scope:?}");
     }
     if let Some(wait) = signal.wait() {

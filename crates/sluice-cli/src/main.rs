@@ -8,8 +8,8 @@ mod bench;
 mod demo;
 mod fake_api;
 mod harness;
-mod logging;
 mod inspect;
+mod logging;
 mod mcp;
 mod serve;
 

@@ -188,7 +188,10 @@ async fn latency_delays_the_answer_and_is_recorded() {
     assert!(started.elapsed() >= ms(50));
     let record = &server.api().requests()[0];
     // Both are f64 milliseconds from one origin: equal up to rounding.
-    assert!((record.end_ms - record.t_ms - 50.0).abs() < 1e-6, "{record:?}");
+    assert!(
+        (record.end_ms - record.t_ms - 50.0).abs() < 1e-6,
+        "{record:?}"
+    );
     server.shutdown().await.unwrap();
 }
 

@@ -56,6 +56,8 @@
 mod config;
 mod executor;
 mod forward;
+#[doc(hidden)]
+pub mod fuzzing;
 mod metrics;
 mod payload;
 mod routes;

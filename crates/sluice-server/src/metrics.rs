@@ -273,7 +273,9 @@ impl Metrics {
                 ("reply", errors.reply),
             ] {
                 self.redis_errors
-                    .get_or_create(&KindLabels { kind: kind.to_owned() })
+                    .get_or_create(&KindLabels {
+                        kind: kind.to_owned(),
+                    })
                     .set(i64::try_from(count).unwrap_or(i64::MAX));
             }
         }

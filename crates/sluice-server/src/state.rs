@@ -93,14 +93,23 @@ impl AppState {
     /// credential has `shared = true`. Redis being down is not an error:
     /// the backend starts in fallback and recovers by itself.
     pub async fn connect(config: Config, seed: Option<u64>) -> Result<Self, StartError> {
-        let shared = match (&config.shared, config.credentials.values().any(|c| c.shared)) {
-            (Some(settings), true) => Some(Arc::new(RedisBudget::connect(redis_config(settings)).await?)),
+        let shared = match (
+            &config.shared,
+            config.credentials.values().any(|c| c.shared),
+        ) {
+            (Some(settings), true) => Some(Arc::new(
+                RedisBudget::connect(redis_config(settings)).await?,
+            )),
             _ => None,
         };
         Self::build(config, seed, shared)
     }
 
-    fn build(config: Config, seed: Option<u64>, shared: Option<Arc<RedisBudget>>) -> Result<Self, StartError> {
+    fn build(
+        config: Config,
+        seed: Option<u64>,
+        shared: Option<Arc<RedisBudget>>,
+    ) -> Result<Self, StartError> {
         config.check_exposure()?;
         if shared.is_none()
             && let Some((name, _)) = config.credentials.iter().find(|(_, c)| c.shared)
@@ -198,10 +207,19 @@ impl Inner {
 /// cluster (its seeds), `redis_url` one node.
 fn redis_config(settings: &SharedSettings) -> RedisConfig {
     let mut config = if settings.redis_urls.is_empty() {
-        let url = settings.redis_url.as_ref().map(|url| url.expose().to_owned()).unwrap_or_default();
+        let url = settings
+            .redis_url
+            .as_ref()
+            .map(|url| url.expose().to_owned())
+            .unwrap_or_default();
         RedisConfig::single(url)
     } else {
-        RedisConfig::cluster(settings.redis_urls.iter().map(|url| url.expose().to_owned()))
+        RedisConfig::cluster(
+            settings
+                .redis_urls
+                .iter()
+                .map(|url| url.expose().to_owned()),
+        )
     };
     config = config.timeout(settings.timeout);
     if let Some(share) = settings.fallback_share {

@@ -1,19 +1,29 @@
 //! Test support shared by sluice's crates (a dev-dependency only):
 //! private `redis-server` processes, `sluice` subcommands run as processes,
-//! and counting requests per window. Panics freely: it only runs in tests.
+//! counting requests per window, a misbehaving upstream, `/proc` readings
+//! and the sidecar soak. Panics freely: it only runs in tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod process;
+mod procfs;
 mod redis;
+pub mod soak;
+mod upstream;
 
 use std::net::TcpListener;
 
 pub use process::SluiceProcess;
+pub use procfs::{ProcStats, proc_stats};
 pub use redis::{RedisCluster, RedisServer};
+pub use upstream::{Fault, Seen, Upstream};
 
 /// A free TCP port on 127.0.0.1 (free now; another process may take it).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The most starts in any half-open window `[t, t + window_ms)`.

@@ -18,14 +18,19 @@ impl SluiceProcess {
     /// Runs `binary args...` with `env` added, and waits for its first line.
     pub fn start(binary: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(binary);
-        command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         for (name, value) in env {
             command.env(name, value);
         }
         let mut child = command.spawn().expect("the sluice binary runs");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
-        let stderr = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+        let stderr =
+            std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
@@ -34,12 +39,21 @@ impl SluiceProcess {
             // Keep draining so the process never blocks on a full pipe.
             for _ in lines {}
         });
-        let first = receiver.recv_timeout(Duration::from_secs(30)).ok().flatten();
-        let Some(url) = first.as_deref().and_then(|line| line.strip_prefix("listening on ")) else {
+        let first = receiver
+            .recv_timeout(Duration::from_secs(30))
+            .ok()
+            .flatten();
+        let Some(url) = first
+            .as_deref()
+            .and_then(|line| line.strip_prefix("listening on "))
+        else {
             let _ = child.kill();
             let _ = child.wait();
             let err = stderr.join().unwrap_or_default();
-            panic!("{} {args:?} did not announce its address: {first:?}\n{err}", binary.display());
+            panic!(
+                "{} {args:?} did not announce its address: {first:?}\n{err}",
+                binary.display()
+            );
         };
         SluiceProcess {
             url: url.to_owned(),
@@ -57,7 +71,10 @@ impl SluiceProcess {
     pub fn stop(&mut self) -> String {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.stderr.take().and_then(|handle| handle.join().ok()).unwrap_or_default()
+        self.stderr
+            .take()
+            .and_then(|handle| handle.join().ok())
+            .unwrap_or_default()
     }
 }
 

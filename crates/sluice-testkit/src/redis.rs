@@ -228,4 +228,3 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::round_trips).sum()
     }
 }
-

@@ -37,14 +37,24 @@ impl Flight {
 /// The flights of one turn.
 #[derive(Debug)]
 pub(crate) struct Flights {
-    flights: Mutex<HashMap<FlightKey, Arc<Flight>>>,
+    table: Mutex<Table>,
     ttl: Duration,
+}
+
+#[derive(Debug)]
+struct Table {
+    flights: HashMap<FlightKey, Arc<Flight>>,
+    /// When stale flights were last dropped.
+    swept: Instant,
 }
 
 impl Flights {
     pub(crate) fn new(ttl: Duration) -> Self {
         Flights {
-            flights: Mutex::new(HashMap::new()),
+            table: Mutex::new(Table {
+                flights: HashMap::new(),
+                swept: Instant::now(),
+            }),
             ttl,
         }
     }
@@ -59,13 +69,23 @@ impl Flights {
     {
         let now = Instant::now();
         let flight = {
-            let mut flights = self
-                .flights
+            let mut table = self
+                .table
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if flights.len() > SWEEP_ABOVE {
-                flights.retain(|_, flight| flight.is_live(now, self.ttl));
+            // Also once per TTL, however few: a turn used for a long time
+            // (one `turn_id` for a whole session) would otherwise keep up to
+            // SWEEP_ABOVE stale answers, whole responses included, forever;
+            // found by the sidecar soak (crates/sluice-testkit/src/soak.rs).
+            if table.flights.len() > SWEEP_ABOVE
+                || now.saturating_duration_since(table.swept) >= self.ttl
+            {
+                table
+                    .flights
+                    .retain(|_, flight| flight.is_live(now, self.ttl));
+                table.swept = now;
             }
+            let flights = &mut table.flights;
             match flights.get(&key) {
                 Some(flight) if flight.is_live(now, self.ttl) => flight.clone(),
                 _ => {
@@ -86,5 +106,40 @@ impl Flights {
         let mut completion = completion.clone();
         completion.shared = !led;
         completion
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+
+    fn ok() -> Completion {
+        Outcome::Ok {
+            http_status: 200,
+            body: serde_json::Value::Null,
+        }
+        .into()
+    }
+
+    fn len(flights: &Flights) -> usize {
+        flights.table.lock().map(|t| t.flights.len()).unwrap_or(0)
+    }
+
+    /// Regression (issue 10's soak): a turn used for a long time kept up to
+    /// `SWEEP_ABOVE` stale answers, whole responses included, for good.
+    #[tokio::test(start_paused = true)]
+    async fn stale_answers_are_dropped_once_a_ttl_has_passed_however_few() {
+        let flights = Flights::new(Duration::from_secs(1));
+        for i in 0..10 {
+            let key = (Arc::from("t"), format!("k{i}"));
+            flights.run(key, || async { ok() }).await;
+        }
+        assert_eq!(len(&flights), 10, "answers are cached for the TTL");
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        flights
+            .run((Arc::from("t"), "fresh".to_owned()), || async { ok() })
+            .await;
+        assert_eq!(len(&flights), 1, "the stale ones are gone");
     }
 }

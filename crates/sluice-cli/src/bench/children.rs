@@ -33,8 +33,14 @@ impl Server {
             // Keep draining so the child never blocks on a full pipe.
             for _ in lines {}
         });
-        let line = receiver.recv_timeout(Duration::from_secs(30)).ok().flatten();
-        match line.as_deref().and_then(|line| line.strip_prefix("listening on ")) {
+        let line = receiver
+            .recv_timeout(Duration::from_secs(30))
+            .ok()
+            .flatten();
+        match line
+            .as_deref()
+            .and_then(|line| line.strip_prefix("listening on "))
+        {
             Some(url) => Ok(Server {
                 url: url.to_owned(),
                 child,
@@ -68,7 +74,10 @@ impl Server {
             url: format!("127.0.0.1:{port}"),
         };
         for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
                 return Ok(server);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

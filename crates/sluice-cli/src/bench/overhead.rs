@@ -49,7 +49,15 @@ pub(crate) struct Figures {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let fake = Server::sluice(&["fake-api", "--listen", "127.0.0.1:0", "--limit", "1000000/1s", "--headers", "none"])?;
+    let fake = Server::sluice(&[
+        "fake-api",
+        "--listen",
+        "127.0.0.1:0",
+        "--limit",
+        "1000000/1s",
+        "--headers",
+        "none",
+    ])?;
     let dir = std::env::temp_dir().join(format!("sluice-bench-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&dir).context("creating a temporary directory")?;
     let config = dir.join("sluice.toml");
@@ -65,16 +73,28 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let nginx = nginx(&dir, &fake.url).await;
 
     let mut targets = vec![
-        ("fake API directly".to_owned(), format!("{}/api/item", fake.url)),
-        ("sluice serve proxy".to_owned(), format!("{}/proxy/api/api/item", sidecar.url)),
+        (
+            "fake API directly".to_owned(),
+            format!("{}/api/item", fake.url),
+        ),
+        (
+            "sluice serve proxy".to_owned(),
+            format!("{}/proxy/api/api/item", sidecar.url),
+        ),
     ];
     match &nginx {
-        Ok(nginx) => targets.push(("nginx proxy_pass".to_owned(), format!("{}/api/item", nginx.url))),
+        Ok(nginx) => targets.push((
+            "nginx proxy_pass".to_owned(),
+            format!("{}/api/item", nginx.url),
+        )),
         Err(error) => eprintln!("nginx skipped: {error:#}"),
     }
     let mut results = Vec::new();
     for (name, url) in targets {
-        eprintln!("{name}: {} req/s for {} s, then {} connections", args.rate, args.seconds, args.connections);
+        eprintln!(
+            "{name}: {} req/s for {} s, then {} connections",
+            args.rate, args.seconds, args.connections
+        );
         results.push(measure(&name, &url, &args).await?);
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -87,7 +107,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn nginx(dir: &std::path::Path, upstream: &str) -> anyhow::Result<Server> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let upstream = upstream.trim_start_matches("http://");
     let conf = format!(
         "worker_processes 1;\ndaemon off;\nerror_log stderr error;\npid {dir}/nginx.pid;\nevents {{ worker_connections 4096; }}\n\
@@ -98,9 +120,20 @@ async fn nginx(dir: &std::path::Path, upstream: &str) -> anyhow::Result<Server> 
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf)?;
-    let path = path.to_str().context("temporary path is not UTF-8")?.to_owned();
-    let prefix = dir.to_str().context("temporary path is not UTF-8")?.to_owned();
-    Server::other("nginx", &["-c", &path, "-p", &prefix], format!("http://127.0.0.1:{port}")).await
+    let path = path
+        .to_str()
+        .context("temporary path is not UTF-8")?
+        .to_owned();
+    let prefix = dir
+        .to_str()
+        .context("temporary path is not UTF-8")?
+        .to_owned();
+    Server::other(
+        "nginx",
+        &["-c", &path, "-p", &prefix],
+        format!("http://127.0.0.1:{port}"),
+    )
+    .await
 }
 
 async fn measure(name: &str, url: &str, args: &Args) -> anyhow::Result<Figures> {
@@ -111,10 +144,22 @@ async fn measure(name: &str, url: &str, args: &Args) -> anyhow::Result<Figures> 
     for _ in 0..200 {
         let _ = client.get(url).send().await.map(|r| r.bytes());
     }
-    let (sent, failed, mut latencies) = fixed_rate(&client, url, args.rate, Duration::from_secs(args.seconds)).await;
+    let (sent, failed, mut latencies) =
+        fixed_rate(&client, url, args.rate, Duration::from_secs(args.seconds)).await;
     latencies.sort_unstable();
-    let pick = |p: usize| latencies.get((latencies.len() * p / 100).min(latencies.len().saturating_sub(1))).copied().unwrap_or(0);
-    let max_rate = closed_loop(&client, url, args.connections, Duration::from_secs(args.seconds)).await;
+    let pick = |p: usize| {
+        latencies
+            .get((latencies.len() * p / 100).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    let max_rate = closed_loop(
+        &client,
+        url,
+        args.connections,
+        Duration::from_secs(args.seconds),
+    )
+    .await;
     Ok(Figures {
         target: name.to_owned(),
         rate: args.rate,
@@ -127,7 +172,12 @@ async fn measure(name: &str, url: &str, args: &Args) -> anyhow::Result<Figures> 
 }
 
 /// Requests at `rate` per second, each measured from its scheduled start.
-async fn fixed_rate(client: &reqwest::Client, url: &str, rate: u32, duration: Duration) -> (usize, usize, Vec<u64>) {
+async fn fixed_rate(
+    client: &reqwest::Client,
+    url: &str,
+    rate: u32,
+    duration: Duration,
+) -> (usize, usize, Vec<u64>) {
     let every = Duration::from_secs(1) / rate;
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -144,7 +194,10 @@ async fn fixed_rate(client: &reqwest::Client, url: &str, rate: u32, duration: Du
                 Ok(response) => response.status().is_success() && response.bytes().await.is_ok(),
                 Err(_) => false,
             };
-            (ok, u64::try_from(scheduled.elapsed().as_micros()).unwrap_or(u64::MAX))
+            (
+                ok,
+                u64::try_from(scheduled.elapsed().as_micros()).unwrap_or(u64::MAX),
+            )
         });
         n += 1;
     }
@@ -160,7 +213,12 @@ async fn fixed_rate(client: &reqwest::Client, url: &str, rate: u32, duration: Du
 }
 
 /// `connections` workers sending back to back; returns successes per second.
-async fn closed_loop(client: &reqwest::Client, url: &str, connections: usize, duration: Duration) -> f64 {
+async fn closed_loop(
+    client: &reqwest::Client,
+    url: &str,
+    connections: usize,
+    duration: Duration,
+) -> f64 {
     let until = Instant::now() + duration;
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut workers = tokio::task::JoinSet::new();
@@ -193,8 +251,12 @@ pub(crate) fn table(results: &[Figures], args: &Args) -> String {
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         let added = |value: u64, base: u64| value as i64 - base as i64;
-        let (added50, added99) = direct.map_or((0, 0), |d| (added(r.p50_us, d.p50_us), added(r.p99_us, d.p99_us)));
-        let versus = nginx.map_or("-".to_owned(), |n| format!("{:.2}", r.max_rate / n.max_rate));
+        let (added50, added99) = direct.map_or((0, 0), |d| {
+            (added(r.p50_us, d.p50_us), added(r.p99_us, d.p99_us))
+        });
+        let versus = nginx.map_or("-".to_owned(), |n| {
+            format!("{:.2}", r.max_rate / n.max_rate)
+        });
         let _ = writeln!(
             out,
             "| {} | {:.2} ms | {:.2} ms | {:+.2} ms | {:+.2} ms | {} of {} | {:.0}/s | {} |",

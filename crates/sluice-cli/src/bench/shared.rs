@@ -54,14 +54,30 @@ struct Figures {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let dir = std::env::temp_dir().join(format!("sluice-bench-shared-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let dir_text = dir.to_str().context("temporary path is not UTF-8")?.to_owned();
+    let dir_text = dir
+        .to_str()
+        .context("temporary path is not UTF-8")?
+        .to_owned();
     let port_text = port.to_string();
     let _redis = Server::tcp(
         "redis-server",
-        &["--port", &port_text, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", &dir_text],
+        &[
+            "--port",
+            &port_text,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &dir_text,
+        ],
         port,
     )
     .await?;
@@ -94,13 +110,20 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// commands scripts run inside.
 async fn round_trips(redis: &redis::Client) -> anyhow::Result<u64> {
     let mut conn = redis.get_multiplexed_async_connection().await?;
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await?;
     Ok(info
         .lines()
         .filter_map(|line| {
             let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
             let counted = matches!(name, "evalsha" | "eval" | "script|load" | "script");
-            let calls: u64 = rest.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
+            let calls: u64 = rest
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
             counted.then_some(calls)
         })
         .sum())
@@ -109,13 +132,21 @@ async fn round_trips(redis: &redis::Client) -> anyhow::Result<u64> {
 async fn reset_stats(redis: &redis::Client) -> anyhow::Result<()> {
     let mut conn = redis.get_multiplexed_async_connection().await?;
     let _: () = conn.flushall().await?;
-    let _: String = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await?;
+    let _: String = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await?;
     Ok(())
 }
 
 /// `callers` tasks reserving back to back on one budget, under a limit far
 /// above what they ask: every decision is a grant.
-async fn decisions(url: &str, redis: &redis::Client, max_lease: Option<u32>, args: &Args) -> anyhow::Result<(f64, f64)> {
+async fn decisions(
+    url: &str,
+    redis: &redis::Client,
+    max_lease: Option<u32>,
+    args: &Args,
+) -> anyhow::Result<(f64, f64)> {
     reset_stats(redis).await?;
     let mut config = RedisConfig::single(url);
     if let Some(slots) = max_lease {
@@ -123,7 +154,11 @@ async fn decisions(url: &str, redis: &redis::Client, max_lease: Option<u32>, arg
     }
     let budget = Arc::new(RedisBudget::connect(config).await?);
     let limit = SharedLimit {
-        rate: Rate::new(NonZeroU32::new(1_000_000).context("nonzero")?, Duration::from_secs(1)).context("rate")?,
+        rate: Rate::new(
+            NonZeroU32::new(1_000_000).context("nonzero")?,
+            Duration::from_secs(1),
+        )
+        .context("rate")?,
         burst: None,
     };
     let granted = Arc::new(AtomicU64::new(0));
@@ -149,14 +184,30 @@ async fn decisions(url: &str, redis: &redis::Client, max_lease: Option<u32>, arg
     while callers.join_next().await.is_some() {}
     let granted = granted.load(Ordering::Relaxed);
     let trips = round_trips(redis).await?;
-    Ok((granted as f64 / args.seconds as f64, trips as f64 / granted.max(1) as f64))
+    Ok((
+        granted as f64 / args.seconds as f64,
+        trips as f64 / granted.max(1) as f64,
+    ))
 }
 
 /// Three `sluice serve` processes with `shared = true` on one key, driven
 /// hard; returns the busiest second at the fake and round trips per call.
-async fn three_processes(url: &str, redis: &redis::Client, dir: &std::path::Path, args: &Args) -> anyhow::Result<(usize, f64)> {
+async fn three_processes(
+    url: &str,
+    redis: &redis::Client,
+    dir: &std::path::Path,
+    args: &Args,
+) -> anyhow::Result<(usize, f64)> {
     reset_stats(redis).await?;
-    let fake = Server::sluice(&["fake-api", "--listen", "127.0.0.1:0", "--limit", "1000000/1s", "--headers", "none"])?;
+    let fake = Server::sluice(&[
+        "fake-api",
+        "--listen",
+        "127.0.0.1:0",
+        "--limit",
+        "1000000/1s",
+        "--headers",
+        "none",
+    ])?;
     let config = dir.join("shared.toml");
     std::fs::write(
         &config,
@@ -176,7 +227,11 @@ async fn three_processes(url: &str, redis: &redis::Client, dir: &std::path::Path
     let mut workers = tokio::task::JoinSet::new();
     for (p, sidecar) in sidecars.iter().enumerate() {
         for w in 0..16 {
-            let (client, turns, admitted) = (client.clone(), format!("{}/v1/turns", sidecar.url), admitted.clone());
+            let (client, turns, admitted) = (
+                client.clone(),
+                format!("{}/v1/turns", sidecar.url),
+                admitted.clone(),
+            );
             workers.spawn(async move {
                 let mut n = 0u64;
                 while Instant::now() < until {
@@ -196,7 +251,12 @@ async fn three_processes(url: &str, redis: &redis::Client, dir: &std::path::Path
         }
     }
     while workers.join_next().await.is_some() {}
-    let stats = client.get(format!("{}/_fake/stats", fake.url)).send().await?.bytes().await?;
+    let stats = client
+        .get(format!("{}/_fake/stats", fake.url))
+        .send()
+        .await?
+        .bytes()
+        .await?;
     let stats: serde_json::Value = serde_json::from_slice(&stats)?;
     let mut starts: Vec<f64> = stats["requests"]
         .as_array()
@@ -213,22 +273,45 @@ async fn three_processes(url: &str, redis: &redis::Client, dir: &std::path::Path
     }
     let trips = round_trips(redis).await?;
     drop(sidecars);
-    Ok((busiest, trips as f64 / admitted.load(Ordering::Relaxed).max(1) as f64))
+    Ok((
+        busiest,
+        trips as f64 / admitted.load(Ordering::Relaxed).max(1) as f64,
+    ))
 }
 
 fn table(f: &Figures, args: &Args) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "\n| measurement | figure |");
     let _ = writeln!(out, "|---|---:|");
-    let _ = writeln!(out, "| decisions per second, one process, {} callers, with leases | {:.0} |", args.callers, f.decisions_per_second_with_leases);
-    let _ = writeln!(out, "| Redis round trips per decision, with leases | {:.3} |", f.round_trips_per_decision_with_leases);
-    let _ = writeln!(out, "| decisions per second, without leases (one round trip each) | {:.0} |", f.decisions_per_second_without_leases);
-    let _ = writeln!(out, "| Redis round trips per decision, without leases | {:.3} |", f.round_trips_per_decision_without_leases);
+    let _ = writeln!(
+        out,
+        "| decisions per second, one process, {} callers, with leases | {:.0} |",
+        args.callers, f.decisions_per_second_with_leases
+    );
+    let _ = writeln!(
+        out,
+        "| Redis round trips per decision, with leases | {:.3} |",
+        f.round_trips_per_decision_with_leases
+    );
+    let _ = writeln!(
+        out,
+        "| decisions per second, without leases (one round trip each) | {:.0} |",
+        f.decisions_per_second_without_leases
+    );
+    let _ = writeln!(
+        out,
+        "| Redis round trips per decision, without leases | {:.3} |",
+        f.round_trips_per_decision_without_leases
+    );
     let _ = writeln!(
         out,
         "| three `sluice serve` processes on one key at {}/s: busiest second | {} ({:.2} x allowed) |",
         f.three_processes_allowed, f.three_processes_busiest_second, f.three_processes_ratio
     );
-    let _ = writeln!(out, "| Redis round trips per admitted call, three processes | {:.3} |", f.three_processes_round_trips_per_admitted_call);
+    let _ = writeln!(
+        out,
+        "| Redis round trips per admitted call, three processes | {:.3} |",
+        f.three_processes_round_trips_per_admitted_call
+    );
     out
 }

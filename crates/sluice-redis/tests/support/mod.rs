@@ -1,12 +1,18 @@
 //! Shared helpers for the Redis tests: private `redis-server` processes on
 //! free loopback ports (killed on drop, even on panic), fault injection, a
 //! three-master cluster, and gates that talk to the fake API over HTTP.
-#![allow(dead_code, unused_imports, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    unused_imports,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 pub mod http_executor;
 
-use std::sync::Arc;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice::{CredentialConfig, Defaults, Gate, GateConfig, ToolConfig};
@@ -139,7 +145,6 @@ pub async fn drive(
     }
     total
 }
-
 
 /// Starts of admitted (non-429) requests, in ms since the fake started.
 pub fn starts(server: &FakeServer) -> Vec<f64> {

@@ -17,7 +17,7 @@ use crate::state::AppState;
 /// The bearer token check wraps everything, the fallback included, so an
 /// unauthenticated client learns nothing about which paths exist.
 pub fn app(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/v1/turns", post(turns::run_turn))
         .route("/proxy/{*rest}", any(proxy::forward))
         .route("/v1/status", get(status::status))
@@ -25,8 +25,14 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(status::healthz))
         .fallback(not_found)
         .layer(from_fn_with_state(state.clone(), limit_body))
-        .layer(from_fn_with_state(state.clone(), require_token))
-        .with_state(state)
+        .with_state(state.clone());
+    // The token is checked around the routing, not inside each route: a
+    // route's own refusal of a method adds `Allow`, which would tell an
+    // unauthenticated client that the path exists (a 401 for `DELETE
+    // /v1/turns` carried `allow: POST`).
+    Router::new()
+        .fallback_service(routes)
+        .layer(from_fn_with_state(state, require_token))
 }
 
 async fn not_found() -> Response {

@@ -6,7 +6,8 @@ mod error;
 mod limit;
 mod proxy;
 mod status;
-mod turns;
+// Reachable from `crate::fuzzing`, which fuzzes its parser.
+pub(crate) mod turns;
 
 pub use app::app;
 pub use proxy::{DEADLINE_HEADER, OUTCOME_HEADER, REASON_HEADER, SCOPE_HEADER, TURN_HEADER};

@@ -121,7 +121,9 @@ pub(crate) async fn status(State(state): State<AppState>) -> Response {
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let inner = &state.inner;
-    let text = inner.metrics.encode(&inner.gate.status(), state.shared_status().as_ref());
+    let text = inner
+        .metrics
+        .encode(&inner.gate.status(), state.shared_status().as_ref());
     let mut response = text.into_response();
     response
         .headers_mut()

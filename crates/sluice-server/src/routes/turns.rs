@@ -30,19 +30,19 @@ const UNKNOWN_TOOL: &str = "unknown";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TurnRequest {
-    turn_id: Option<String>,
-    calls: Vec<CallRequest>,
+pub(crate) struct TurnRequest {
+    pub(crate) turn_id: Option<String>,
+    pub(crate) calls: Vec<CallRequest>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CallRequest {
-    id: String,
-    tool: String,
+pub(crate) struct CallRequest {
+    pub(crate) id: String,
+    pub(crate) tool: String,
     #[serde(default)]
-    args: Value,
-    deadline_ms: Option<u64>,
+    pub(crate) args: Value,
+    pub(crate) deadline_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -98,7 +98,7 @@ pub(crate) async fn run_turn(State(state): State<AppState>, request: Request) ->
 
 /// The request, checked as a whole: malformed JSON, unknown fields, an
 /// empty or oversized call list, duplicate ids and bad turn ids are 400s.
-fn parse(body: &Bytes) -> Result<TurnRequest, ApiError> {
+pub(crate) fn parse(body: &Bytes) -> Result<TurnRequest, ApiError> {
     // serde would take a struct from an array too; a turn is an object.
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(ApiError::bad_request(

@@ -5,6 +5,7 @@
 
 pub(crate) mod clock;
 pub(crate) mod fields;
+mod head;
 mod model;
 pub mod profiles;
 #[cfg(test)]
@@ -12,6 +13,7 @@ mod testing;
 
 pub use clock::ResponseClock;
 pub use fields::Fields;
+pub use head::{Head, HeadError, parse_head};
 pub use model::{DEFAULT_SCOPE, MAX_DELAY, ScopeSignal, Signal, Wait};
 
 use std::time::SystemTime;

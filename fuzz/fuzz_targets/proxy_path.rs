@@ -1,0 +1,73 @@
+//! Fuzzes the proxy's path handling: `ANY /proxy/{credential}/{*path}`.
+//!
+//! The input is what follows `/proxy/` in the request target. As in the
+//! handler, the request line must first be a valid URI (hyper refuses the
+//! rest), then the credential is the first segment and the path the rest;
+//! a path the check lets through is joined below the base URL.
+//!
+//! Beyond "no panic": every URL the proxy would send to is on the
+//! credential's origin, below its base path, and no decoding of its path
+//! (once, twice, ...) climbs above the base path with `..`. The raw input
+//! is also checked as a path on its own, without the URI parser's filter.
+#![no_main]
+
+mod paths;
+
+use std::sync::LazyLock;
+
+use libfuzzer_sys::fuzz_target;
+use sluice_server::Url;
+use sluice_server::fuzzing::{climbs, join};
+
+static BASE: LazyLock<Url> =
+    LazyLock::new(|| Url::parse("http://127.0.0.1:9000/base/v1/").expect("a valid base URL"));
+
+/// Joins `path` as the proxy would and checks where it leads.
+fn check(path: &str, query: Option<&str>) {
+    if climbs(path) {
+        return;
+    }
+    let Ok(url) = join(&BASE, path, query) else {
+        return;
+    };
+    assert_eq!(url.origin(), BASE.origin(), "{path:?} -> {url}");
+    assert_eq!(url.host_str(), Some("127.0.0.1"), "{path:?} -> {url}");
+    assert_eq!(url.port(), Some(9000), "{path:?} -> {url}");
+    assert!(
+        url.username().is_empty() && url.password().is_none(),
+        "{url}"
+    );
+    let below = url
+        .path()
+        .strip_prefix("/base/v1/")
+        .unwrap_or_else(|| panic!("{path:?} -> {url} is not below the base path"));
+    assert!(
+        !paths::climbs_when_decoded(below),
+        "{path:?} -> {url} climbs above the base path once decoded"
+    );
+    // Nothing that could end the request line or start a header.
+    let sent = url.as_str();
+    assert!(
+        !sent.bytes().any(|b| b.is_ascii_control() || b == b' '),
+        "{sent:?}"
+    );
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    // The path on its own, as `join` may be given it.
+    check(&format!("/{text}"), None);
+
+    // Through the URI parser and the handler's split, as a request would go.
+    let Ok(uri) = format!("/proxy/{text}").parse::<http::Uri>() else {
+        return;
+    };
+    let rest = uri.path().strip_prefix("/proxy/").unwrap_or_default();
+    let (_credential, path) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, "/"),
+    };
+    check(path, uri.query());
+});
