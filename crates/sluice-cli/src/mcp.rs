@@ -14,11 +14,11 @@ use sluice_mcp::{Command, McpConfig, exit_code};
     after_help = "Example, as an MCP client's server command:\n  sluice mcp --config sluice.toml -- npx -y @modelcontextprotocol/server-github"
 )]
 pub(crate) struct Args {
-    /// The configuration file (TOML): defaults, credentials' limits, [tools.NAME] overrides, [mcp].
+    /// The configuration file (TOML): defaults, credentials' limits, `[tools.NAME]` overrides, `[mcp]`.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
 
-    /// The credential the MCP server's tools spend (default: [mcp] credential, else the only one).
+    /// The credential the MCP server's tools spend (default: `[mcp]` credential, else the only one).
     #[arg(long, value_name = "NAME")]
     credential: Option<String>,
 
