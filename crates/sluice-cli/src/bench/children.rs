@@ -14,6 +14,11 @@ pub(crate) struct Server {
 }
 
 impl Server {
+    /// The child's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Runs this very binary with `args`; it prints `listening on http://ADDR` first.
     pub(crate) fn sluice(args: &[&str]) -> anyhow::Result<Self> {
         let binary = std::env::current_exe().context("finding the sluice binary")?;

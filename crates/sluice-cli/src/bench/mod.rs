@@ -2,6 +2,7 @@
 //! real loopback HTTP against the fake API.
 
 mod children;
+mod load;
 mod overhead;
 mod scenarios;
 mod shared;

@@ -18,6 +18,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::children::Server;
+use super::load;
+
+/// Connections of the fixed-rate load (each sends every 1/N-th request).
+const FIXED_RATE_CONNECTIONS: usize = 16;
 
 /// Flags of `sluice bench overhead`.
 #[derive(Debug, clap::Args)]
@@ -26,8 +30,12 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 2_000)]
     rate: u32,
     /// Seconds per measurement.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 5)]
     seconds: u64,
+    /// Fixed-rate rounds per target, interleaved across targets; the
+    /// figures are the median round's.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Connections for the highest-rate measurement.
     #[arg(long, default_value_t = 64)]
     connections: usize,
@@ -45,7 +53,19 @@ pub(crate) struct Figures {
     pub(crate) failed: usize,
     pub(crate) p50_us: u64,
     pub(crate) p99_us: u64,
+    /// Every round's p99, in the order measured.
+    pub(crate) p99_rounds_us: Vec<u64>,
+    /// CPU time the serving process spent per request at the fixed rate
+    /// (the fake for the direct target, the proxy alone for the others).
+    pub(crate) cpu_us_per_request: Option<f64>,
     pub(crate) max_rate: f64,
+}
+
+/// One thing to measure: where to send, and whose CPU time to count.
+struct Target {
+    name: &'static str,
+    url: String,
+    pid: u32,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -73,30 +93,26 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let nginx = nginx(&dir, &fake.url).await;
 
     let mut targets = vec![
-        (
-            "fake API directly".to_owned(),
-            format!("{}/api/item", fake.url),
-        ),
-        (
-            "sluice serve proxy".to_owned(),
-            format!("{}/proxy/api/api/item", sidecar.url),
-        ),
+        Target {
+            name: "fake API directly",
+            url: format!("{}/api/item", fake.url),
+            pid: fake.pid(),
+        },
+        Target {
+            name: "sluice serve proxy",
+            url: format!("{}/proxy/api/api/item", sidecar.url),
+            pid: sidecar.pid(),
+        },
     ];
     match &nginx {
-        Ok(nginx) => targets.push((
-            "nginx proxy_pass".to_owned(),
-            format!("{}/api/item", nginx.url),
-        )),
+        Ok(nginx) => targets.push(Target {
+            name: "nginx proxy_pass",
+            url: format!("{}/api/item", nginx.url),
+            pid: nginx.pid(),
+        }),
         Err(error) => eprintln!("nginx skipped: {error:#}"),
     }
-    let mut results = Vec::new();
-    for (name, url) in targets {
-        eprintln!(
-            "{name}: {} req/s for {} s, then {} connections",
-            args.rate, args.seconds, args.connections
-        );
-        results.push(measure(&name, &url, &args).await?);
-    }
+    let results = measure(&targets, &fake.url, &args).await?;
     let _ = std::fs::remove_dir_all(&dir);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
@@ -112,7 +128,7 @@ async fn nginx(dir: &std::path::Path, upstream: &str) -> anyhow::Result<Server> 
         .port();
     let upstream = upstream.trim_start_matches("http://");
     let conf = format!(
-        "worker_processes 1;\ndaemon off;\nerror_log stderr error;\npid {dir}/nginx.pid;\nevents {{ worker_connections 4096; }}\n\
+        "worker_processes 1;\nmaster_process off;\ndaemon off;\nerror_log stderr error;\npid {dir}/nginx.pid;\nevents {{ worker_connections 4096; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n  fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
          upstream fake {{ server {upstream}; keepalive 128; }}\n\
          server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://fake; proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}\n}}\n",
@@ -136,80 +152,114 @@ async fn nginx(dir: &std::path::Path, upstream: &str) -> anyhow::Result<Server> 
     .await
 }
 
-async fn measure(name: &str, url: &str, args: &Args) -> anyhow::Result<Figures> {
+/// Interleaved fixed-rate rounds over every target (so a noisy moment of
+/// the machine lands on one round of one target, not on a whole target),
+/// then each target's highest rate.
+async fn measure(targets: &[Target], fake: &str, args: &Args) -> anyhow::Result<Vec<Figures>> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections * 2)
         .build()?;
-    // Warm the connection pool and the servers.
-    for _ in 0..200 {
-        let _ = client.get(url).send().await.map(|r| r.bytes());
+    let mut rounds: Vec<Vec<Round>> = targets.iter().map(|_| Vec::new()).collect();
+    for round in 0..args.rounds.max(1) {
+        for (target, measured) in targets.iter().zip(&mut rounds) {
+            eprintln!(
+                "{}: round {}, {} req/s for {} s",
+                target.name,
+                round + 1,
+                args.rate,
+                args.seconds
+            );
+            // Warm the connections and the servers.
+            for _ in 0..200 {
+                let _ = client.get(&target.url).send().await.map(|r| r.bytes());
+            }
+            // The fake records every request; start each round with an empty
+            // record so that earlier history is not copied around during it.
+            client
+                .post(format!("{fake}/_fake/reset"))
+                .send()
+                .await?
+                .error_for_status()?;
+            let (url, rate, seconds) = (target.url.clone(), args.rate, args.seconds);
+            let cpu_before = cpu_seconds(target.pid);
+            let fixed = tokio::task::spawn_blocking(move || {
+                load::fixed_rate(
+                    &url,
+                    rate,
+                    Duration::from_secs(seconds),
+                    FIXED_RATE_CONNECTIONS,
+                )
+            })
+            .await??;
+            let cpu = cpu_before
+                .zip(cpu_seconds(target.pid))
+                .map(|(before, after)| (after - before) * 1e6 / fixed.sent.max(1) as f64);
+            measured.push(Round {
+                sent: fixed.sent,
+                failed: fixed.failed,
+                p50_us: fixed.percentile(50),
+                p99_us: fixed.percentile(99),
+                cpu_us_per_request: cpu,
+            });
+        }
     }
-    let (sent, failed, mut latencies) =
-        fixed_rate(&client, url, args.rate, Duration::from_secs(args.seconds)).await;
-    latencies.sort_unstable();
-    let pick = |p: usize| {
-        latencies
-            .get((latencies.len() * p / 100).min(latencies.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0)
-    };
-    let max_rate = closed_loop(
-        &client,
-        url,
-        args.connections,
-        Duration::from_secs(args.seconds),
-    )
-    .await;
-    Ok(Figures {
-        target: name.to_owned(),
-        rate: args.rate,
-        sent,
-        failed,
-        p50_us: pick(50),
-        p99_us: pick(99),
-        max_rate,
-    })
+    let mut results = Vec::new();
+    for (target, measured) in targets.iter().zip(rounds) {
+        eprintln!(
+            "{}: {} connections back to back for {} s",
+            target.name, args.connections, args.seconds
+        );
+        let max_rate = closed_loop(
+            &client,
+            &target.url,
+            args.connections,
+            Duration::from_secs(args.seconds),
+        )
+        .await;
+        let median = |pick: fn(&Round) -> u64| {
+            let mut values: Vec<u64> = measured.iter().map(pick).collect();
+            values.sort_unstable();
+            values.get(values.len() / 2).copied().unwrap_or(0)
+        };
+        let mut cpu: Vec<f64> = measured
+            .iter()
+            .filter_map(|r| r.cpu_us_per_request)
+            .collect();
+        cpu.sort_by(f64::total_cmp);
+        results.push(Figures {
+            target: target.name.to_owned(),
+            rate: args.rate,
+            sent: measured.iter().map(|r| r.sent).sum(),
+            failed: measured.iter().map(|r| r.failed).sum(),
+            p50_us: median(|r| r.p50_us),
+            p99_us: median(|r| r.p99_us),
+            p99_rounds_us: measured.iter().map(|r| r.p99_us).collect(),
+            cpu_us_per_request: cpu.get(cpu.len() / 2).copied(),
+            max_rate,
+        });
+    }
+    Ok(results)
 }
 
-/// Requests at `rate` per second, each measured from its scheduled start.
-async fn fixed_rate(
-    client: &reqwest::Client,
-    url: &str,
-    rate: u32,
-    duration: Duration,
-) -> (usize, usize, Vec<u64>) {
-    let every = Duration::from_secs(1) / rate;
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut n = 0u32;
-    loop {
-        let scheduled = start + every * n;
-        if scheduled >= start + duration {
-            break;
-        }
-        tokio::time::sleep_until(scheduled).await;
-        let (client, url) = (client.clone(), url.to_owned());
-        tasks.spawn(async move {
-            let ok = match client.get(&url).send().await {
-                Ok(response) => response.status().is_success() && response.bytes().await.is_ok(),
-                Err(_) => false,
-            };
-            (
-                ok,
-                u64::try_from(scheduled.elapsed().as_micros()).unwrap_or(u64::MAX),
-            )
-        });
-        n += 1;
-    }
-    let (mut sent, mut failed, mut latencies) = (0, 0, Vec::new());
-    while let Some(result) = tasks.join_next().await {
-        sent += 1;
-        match result {
-            Ok((true, latency)) => latencies.push(latency),
-            _ => failed += 1,
-        }
-    }
-    (sent, failed, latencies)
+/// One fixed-rate round on one target.
+struct Round {
+    sent: usize,
+    failed: usize,
+    p50_us: u64,
+    p99_us: u64,
+    cpu_us_per_request: Option<f64>,
+}
+
+/// User plus system CPU time of process `pid` so far, from `/proc/PID/stat`
+/// (`None` where there is no procfs). Linux reports it in USER_HZ ticks,
+/// 100 per second on every architecture it supports.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; count from after it.
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// `connections` workers sending back to back; returns successes per second.
@@ -245,10 +295,10 @@ pub(crate) fn table(results: &[Figures], args: &Args) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| target | p50 at {} req/s | p99 | added p50 | added p99 | failed | highest rate ({} connections) | vs nginx |",
-        args.rate, args.connections
+        "\n| target | p50 at {} req/s | p99 (median of {} rounds) | p99 of each round | added p50 | added p99 | CPU per request | failed | highest rate ({} connections) | vs nginx |",
+        args.rate, args.rounds, args.connections
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         let added = |value: u64, base: u64| value as i64 - base as i64;
         let (added50, added99) = direct.map_or((0, 0), |d| {
@@ -257,9 +307,18 @@ pub(crate) fn table(results: &[Figures], args: &Args) -> String {
         let versus = nginx.map_or("-".to_owned(), |n| {
             format!("{:.2}", r.max_rate / n.max_rate)
         });
+        let rounds = r
+            .p99_rounds_us
+            .iter()
+            .map(|us| format!("{:.2}", *us as f64 / 1_000.0))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let cpu = r
+            .cpu_us_per_request
+            .map_or("-".to_owned(), |us| format!("{us:.0} µs"));
         let _ = writeln!(
             out,
-            "| {} | {:.2} ms | {:.2} ms | {:+.2} ms | {:+.2} ms | {} of {} | {:.0}/s | {} |",
+            "| {} | {:.2} ms | {:.2} ms | {rounds} | {:+.2} ms | {:+.2} ms | {cpu} | {} of {} | {:.0}/s | {} |",
             r.target,
             r.p50_us as f64 / 1_000.0,
             r.p99_us as f64 / 1_000.0,
