@@ -25,6 +25,10 @@ const MAX_ATTEMPTS: usize = 3;
 /// A credential `api` on `base_url` with a read tool (`GET /r/{n}`) and a
 /// write tool (`POST /w/{n}`), quick backoff, room for every call.
 fn config(base_url: &str) -> Config {
+    config_at(base_url, "1000/1s")
+}
+
+fn config_at(base_url: &str, rate: &str) -> Config {
     let toml = format!(
         r#"
 [defaults]
@@ -35,7 +39,7 @@ max_attempts = {MAX_ATTEMPTS}
 [credentials.api]
 base_url = "{base_url}"
 secret_env = "SUPPORT_API_KEY"
-rate = "1000/1s"
+rate = "{rate}"
 max_in_flight = 64
 queue = 256
 
@@ -441,7 +445,9 @@ async fn garbage_and_huge_rate_limit_headers_are_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_of_429s_is_waited_out_not_retried_into() {
     let upstream = Upstream::spawn(Fault::status(429, &["retry-after: 1"])).await;
-    let h = Harness::new(&upstream.url()).await;
+    // Paced 20 ms apart, so that the first 429 of a wave is back before the
+    // next call of the wave starts, however busy the machine.
+    let h = Harness::with(config_at(&upstream.url(), "50/1s")).await;
     // Ten calls a second for three seconds, each willing to wait 800 ms.
     let started = Instant::now();
     let calls = (0..30).map(|i| {
@@ -474,7 +480,8 @@ async fn a_storm_of_429s_is_waited_out_not_retried_into() {
     assert!(deferred >= 25, "{:?}", statuses(&answers));
     // The server asked for a second between tries; it got it. Calls that
     // waited inline for the end of a block start together when it ends
-    // (paced by the bucket, 1 ms apart at 1000/s): one wave per second.
+    // (paced by the bucket, 20 ms apart at 50/s) until its first 429 is back
+    // and blocks the rest: one small wave per second.
     let starts: Vec<f64> = upstream
         .seen()
         .iter()

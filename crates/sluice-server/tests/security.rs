@@ -142,7 +142,10 @@ async fn secrets_appear_in_no_response() {
     .await;
     server.api().script(Rule::path_prefix(
         "/api/v2/tickets/404",
-        Scripted::new(StatusCode::NOT_FOUND).body("no such ticket"),
+        // In flight long enough that the fourth call finds every permit taken.
+        Scripted::new(StatusCode::NOT_FOUND)
+            .body("no such ticket")
+            .latency(ms(50)),
     ));
     let dead = "http://127.0.0.1:1";
     let extra = format!(

@@ -258,7 +258,12 @@ impl<E: Executor> GateBuilder<E> {
 impl<E> Inner<E> {
     /// Now, in microseconds since the gate was built, on tokio's clock.
     pub(crate) fn now(&self) -> Micros {
-        micros(Instant::now().saturating_duration_since(self.origin))
+        self.micros_at(Instant::now())
+    }
+
+    /// `at`, in microseconds since the gate was built.
+    pub(crate) fn micros_at(&self, at: Instant) -> Micros {
+        micros(at.saturating_duration_since(self.origin))
     }
 
     pub(crate) fn instant(&self, at: Micros) -> Instant {

@@ -180,10 +180,10 @@ impl<E: Executor> Inner<E> {
 
             // Step 6: send with the remaining deadline.
             let sent_at = Instant::now();
-            let started = self.now();
+            let started = self.micros_at(sent_at);
             primary.on_send(started);
             if attempt == 0 {
-                lock(&job.credential.retry).record_request(self.now());
+                lock(&job.credential.retry).record_request(started);
             }
             let request = Request {
                 tool: job.call.tool.clone(),
@@ -196,7 +196,8 @@ impl<E: Executor> Inner<E> {
                 let _in_flight = primary.start_request();
                 tokio::time::timeout_at(job.deadline, self.executor.execute(request)).await
             };
-            let latency = sent_at.elapsed();
+            let received = Instant::now();
+            let latency = received.saturating_duration_since(sent_at);
 
             // Step 7: learn from whatever came back.
             let failed = match result {
@@ -216,7 +217,8 @@ impl<E: Executor> Inner<E> {
                     let signal =
                         signal::read(response.status(), response.headers(), SystemTime::now());
                     let blamed = self.learn(job, &signal);
-                    let adapted = primary.on_response(started, self.now(), signal.throttled);
+                    let adapted =
+                        primary.on_response(started, self.micros_at(received), signal.throttled);
                     self.log_adapted(&primary, &adapted, "auto");
                     match self.classify(response, &signal, blamed) {
                         Ok(completion) => return completion,

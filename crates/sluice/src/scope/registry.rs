@@ -1,7 +1,6 @@
 //! The map of live scopes, keyed by credential then scope name; idle scopes are evicted.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Scope;
@@ -10,29 +9,41 @@ use crate::limiter::Micros;
 /// Scopes by credential, then by scope name.
 type Map = HashMap<Arc<str>, HashMap<Arc<str>, Arc<Scope>>>;
 
-/// Look-ups between sweeps for idle scopes.
-const SWEEP_EVERY: u64 = 1_024;
+/// Scopes examined for eviction per look-up. Each look-up creates at most
+/// one scope and examines two, so idle scopes leave at least as fast as new
+/// ones arrive, and no look-up ever pays for more than two.
+const EXAMINED_PER_LOOKUP: usize = 2;
 
 /// Live scopes. A scope is only evicted while nobody holds it and it is as
 /// good as fresh, so recreating it on the next call changes nothing.
+///
+/// Eviction is incremental, like a clock hand: every live scope has one
+/// place in a ring, and each look-up examines the next two, evicting them
+/// or sending them round again. A sweep of the whole map instead would, with
+/// 100,000 keys, hold the lock for milliseconds while every call waits.
 #[derive(Debug)]
 pub(crate) struct Registry {
-    scopes: Mutex<Map>,
-    lookups: AtomicU64,
+    inner: Mutex<Inner>,
     idle: Micros,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    map: Map,
+    /// `(credential, scope)` of every live scope, once each.
+    ring: VecDeque<(Arc<str>, Arc<str>)>,
 }
 
 impl Registry {
     pub(crate) fn new(idle: Micros) -> Self {
         Registry {
-            scopes: Mutex::new(HashMap::new()),
-            lookups: AtomicU64::new(0),
+            inner: Mutex::new(Inner::default()),
             idle,
         }
     }
 
-    fn map(&self) -> MutexGuard<'_, Map> {
-        self.scopes
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -45,10 +56,9 @@ impl Registry {
         now: Micros,
         make: impl FnOnce() -> Scope,
     ) -> Arc<Scope> {
-        if self.lookups.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            self.sweep(now);
-        }
-        let mut map = self.map();
+        let mut inner = self.inner();
+        inner.examine(now, self.idle);
+        let Inner { map, ring } = &mut *inner;
         let scopes = match map.get_mut(credential) {
             Some(scopes) => scopes,
             None => map.entry(Arc::from(credential)).or_default(),
@@ -58,6 +68,7 @@ impl Registry {
             None => {
                 let scope = Arc::new(make());
                 scopes.insert(scope.name.clone(), scope.clone());
+                ring.push_back((scope.credential.clone(), scope.name.clone()));
                 scope
             }
         };
@@ -67,17 +78,18 @@ impl Registry {
 
     /// The scope if it exists; never creates one.
     pub(crate) fn find(&self, credential: &str, name: &str) -> Option<Arc<Scope>> {
-        self.map().get(credential)?.get(name).cloned()
+        self.inner().map.get(credential)?.get(name).cloned()
     }
 
     /// Number of scopes a credential has now.
     pub(crate) fn count(&self, credential: &str) -> usize {
-        self.map().get(credential).map_or(0, HashMap::len)
+        self.inner().map.get(credential).map_or(0, HashMap::len)
     }
 
     /// Every live scope.
     pub(crate) fn all(&self) -> Vec<Arc<Scope>> {
-        let map = self.map();
+        let inner = self.inner();
+        let map = &inner.map;
         let mut scopes: Vec<_> = map
             .values()
             .flat_map(|scopes| scopes.values().cloned())
@@ -86,21 +98,110 @@ impl Registry {
         scopes
     }
 
-    /// Forgets idle scopes nobody holds.
-    pub(crate) fn sweep(&self, now: Micros) {
-        let mut map = self.map();
-        for scopes in map.values_mut() {
-            // Holding the map lock, no new reference can be handed out, so a
-            // count of one means only the map holds it.
-            scopes.retain(|_, scope| {
-                Arc::strong_count(scope) > 1 || !scope.is_evictable(now, self.idle)
-            });
-        }
-        map.retain(|_, scopes| !scopes.is_empty());
-    }
-
     /// Total number of live scopes.
     pub(crate) fn len(&self) -> usize {
-        self.map().values().map(HashMap::len).sum()
+        self.inner().map.values().map(HashMap::len).sum()
+    }
+}
+
+impl Inner {
+    /// Examines the next scopes of the ring: forgets those idle and
+    /// unheld, sends the others round again.
+    fn examine(&mut self, now: Micros, idle: Micros) {
+        for _ in 0..EXAMINED_PER_LOOKUP.min(self.ring.len()) {
+            let Some((credential, name)) = self.ring.pop_front() else {
+                return;
+            };
+            let Some(scopes) = self.map.get_mut(&credential) else {
+                continue;
+            };
+            let Some(scope) = scopes.get(&name) else {
+                continue;
+            };
+            // Holding the lock, no new reference can be handed out, so a
+            // count of one means only the map holds it.
+            if Arc::strong_count(scope) == 1 && scope.is_evictable(now, idle) {
+                scopes.remove(&name);
+                if scopes.is_empty() {
+                    self.map.remove(&credential);
+                }
+            } else {
+                self.ring.push_back((credential, name));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{CredentialConfig, Defaults};
+
+    const IDLE: Micros = 60_000_000;
+
+    fn make(credential: &str, now: Micros) -> Scope {
+        let limits = CredentialConfig::with_rate("10/1s".parse().unwrap())
+            .resolve(credential, &Defaults::default())
+            .unwrap();
+        Scope::primary(Arc::from(credential), Arc::from("api_key"), &limits, now)
+    }
+
+    fn get(registry: &Registry, credential: &str, now: Micros) -> Arc<Scope> {
+        registry.get(credential, "api_key", now, || make(credential, now))
+    }
+
+    #[test]
+    fn idle_scopes_are_forgotten_as_new_ones_arrive() {
+        let registry = Registry::new(IDLE);
+        for i in 0..1_000 {
+            get(&registry, &format!("old{i}"), 0);
+        }
+        assert_eq!(registry.len(), 1_000);
+        // Long after, a stream of new keys: each look-up examines two
+        // scopes, so the old ones are gone within 500 look-ups and the
+        // total never grows past where it started.
+        let later = IDLE + 1;
+        for i in 0..1_000 {
+            get(&registry, &format!("new{i}"), later);
+            assert!(registry.len() <= 1_000, "{} live at {i}", registry.len());
+        }
+        assert_eq!(registry.count("old0"), 0);
+        assert_eq!(registry.count("new999"), 1);
+    }
+
+    #[test]
+    fn scopes_held_or_recently_used_stay() {
+        let registry = Registry::new(IDLE);
+        let held = get(&registry, "held", 0);
+        get(&registry, "recent", 0);
+        get(&registry, "stale", 0);
+        let later = IDLE + 1;
+        // "recent" was used again just before the examinations.
+        get(&registry, "recent", later - 1);
+        for _ in 0..10 {
+            get(&registry, "other", later);
+        }
+        assert_eq!(registry.count("stale"), 0);
+        assert_eq!(registry.count("held"), 1);
+        assert_eq!(registry.count("recent"), 1);
+        drop(held);
+        for _ in 0..10 {
+            get(&registry, "other", later + IDLE);
+        }
+        assert_eq!(registry.count("held"), 0);
+        assert_eq!(registry.count("recent"), 0);
+    }
+
+    #[test]
+    fn a_forgotten_scope_comes_back_fresh_and_is_counted_once() {
+        let registry = Registry::new(IDLE);
+        get(&registry, "a", 0);
+        let later = IDLE + 1;
+        get(&registry, "b", later);
+        assert_eq!(registry.count("a"), 0);
+        let again = get(&registry, "a", later);
+        assert_eq!(registry.len(), 2);
+        assert_eq!(registry.inner().ring.len(), 2);
+        assert_eq!(again.status(later).scope, "api_key");
     }
 }

@@ -7,6 +7,19 @@ use http::{HeaderMap, HeaderValue};
 #[derive(Debug, Clone, Copy)]
 pub struct Fields<'a> {
     headers: &'a HeaderMap,
+    /// Every name a profile asked for (tests only).
+    #[cfg(test)]
+    asked: Option<&'a std::cell::RefCell<Vec<String>>>,
+}
+
+/// Whether a header named `name` (lowercase) may carry a rate signal: the
+/// name of every field a profile reads contains one of these, which a test
+/// checks by recording what the profiles ask for. A response with no such
+/// field skips the profiles.
+pub(crate) fn may_carry_signal(name: &str) -> bool {
+    ["ratelimit", "rate-limit", "retry-after", "call-limit"]
+        .iter()
+        .any(|part| name.contains(part))
 }
 
 /// Longest header value a profile will look at; anything longer is noise.
@@ -22,7 +35,23 @@ const SCAN_UP_TO: usize = 32;
 impl<'a> Fields<'a> {
     /// Wraps a header map (its names are already case-insensitive).
     pub fn new(headers: &'a HeaderMap) -> Self {
-        Fields { headers }
+        Fields {
+            headers,
+            #[cfg(test)]
+            asked: None,
+        }
+    }
+
+    /// Fields that record every name asked for.
+    #[cfg(test)]
+    pub(crate) fn recording(
+        headers: &'a HeaderMap,
+        asked: &'a std::cell::RefCell<Vec<String>>,
+    ) -> Self {
+        Fields {
+            headers,
+            asked: Some(asked),
+        }
     }
 
     /// The first value of `name` as trimmed text, if it is visible ASCII.
@@ -58,6 +87,10 @@ impl<'a> Fields<'a> {
 
     /// Every value of `name`, in order, whatever its case.
     fn values<'n>(&self, name: &'n str) -> Values<'a, 'n> {
+        #[cfg(test)]
+        if let Some(asked) = self.asked {
+            asked.borrow_mut().push(name.to_ascii_lowercase());
+        }
         if self.headers.len() <= SCAN_UP_TO {
             Values::Scan(self.headers.iter(), name)
         } else {

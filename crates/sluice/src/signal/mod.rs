@@ -36,11 +36,18 @@ use http::{HeaderMap, StatusCode};
 /// assert_eq!(signal.wait().unwrap().delay, Duration::from_secs(2));
 /// ```
 pub fn read(status: StatusCode, headers: &HeaderMap, received: SystemTime) -> Signal {
-    let fields = Fields::new(headers);
-    let clock = ResponseClock::new(&fields, received);
     let mut signal = Signal::new(status.as_u16());
-    for profile in profiles::ALL {
-        (profile.read)(&fields, &clock, &mut signal);
+    // Most responses carry no rate field at all: one pass over their names
+    // spares the profiles' forty-odd look-ups.
+    if headers
+        .keys()
+        .any(|name| fields::may_carry_signal(name.as_str()))
+    {
+        let fields = Fields::new(headers);
+        let clock = ResponseClock::new(&fields, received);
+        for profile in profiles::ALL {
+            (profile.read)(&fields, &clock, &mut signal);
+        }
     }
     signal.throttled = is_rejection(status, &signal);
     signal
@@ -56,5 +63,93 @@ fn is_rejection(status: StatusCode, signal: &Signal) -> bool {
         StatusCode::SERVICE_UNAVAILABLE => signal.retry_after.is_some(),
         StatusCode::FORBIDDEN => signal.retry_after.is_some() || exhausted,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::time::SystemTime;
+
+    use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+    use super::fields::may_carry_signal;
+    use super::{Fields, ResponseClock, Signal, profiles, read};
+
+    /// Every name the profiles ask for, reading `headers`.
+    fn asked(headers: &HeaderMap) -> Vec<String> {
+        let asked = RefCell::new(Vec::new());
+        let fields = Fields::recording(headers, &asked);
+        let clock = ResponseClock::new(&Fields::new(headers), SystemTime::UNIX_EPOCH);
+        let mut signal = Signal::new(200);
+        for profile in profiles::ALL {
+            (profile.read)(&fields, &clock, &mut signal);
+        }
+        asked.into_inner()
+    }
+
+    #[test]
+    fn the_fast_path_skips_no_field_a_profile_reads() {
+        let mut full = HeaderMap::new();
+        for (name, value) in [
+            ("retry-after", "2"),
+            ("retry-after-ms", "2000"),
+            ("x-amz-retry-after", "2000"),
+            ("ratelimit-policy", "\"burst\";q=100;w=60"),
+            ("ratelimit", "\"burst\";r=0;t=30"),
+            ("ratelimit-limit", "10"),
+            ("ratelimit-remaining", "0"),
+            ("ratelimit-reset", "3"),
+            ("ratelimit-reason", "jira-burst-based"),
+            ("beta-ratelimit-remaining", "0"),
+            ("x-beta-ratelimit-reset", "3"),
+            ("x-ratelimit-limit", "60"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1700000000"),
+            ("x-ratelimit-used", "60"),
+            ("x-ratelimit-resource", "search"),
+            ("x-ratelimit-nearlimit", "true"),
+            ("x-rate-limit-limit", "60"),
+            ("x-rate-limit-remaining", "0"),
+            ("x-rate-limit-reset", "30"),
+            ("x-rate-limit", "700"),
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-remaining-tokens", "100"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-tokens-reset", "2026-01-01T00:00:00Z"),
+            ("x-shopify-shop-api-call-limit", "40/40"),
+            (
+                "zendesk-ratelimit-tickets-index",
+                "total=100; remaining=0; resets=41",
+            ),
+        ] {
+            full.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        for headers in [HeaderMap::new(), full] {
+            let asked = asked(&headers);
+            assert!(asked.len() > 20, "{asked:?}");
+            for name in asked {
+                assert!(may_carry_signal(&name), "profiles read {name:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_response_without_rate_fields_reads_as_empty() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.insert(
+            "date",
+            HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+        );
+        let signal = read(StatusCode::TOO_MANY_REQUESTS, &headers, SystemTime::now());
+        assert!(signal.throttled);
+        assert!(signal.wait().is_none());
+        assert!(signal.scopes.is_empty());
+        assert!(!read(StatusCode::OK, &headers, SystemTime::now()).throttled);
     }
 }
