@@ -330,19 +330,21 @@ impl<E: Executor> Inner<E> {
         // reservations penalties keep voiding re-reserves, and stays below
         // the model's view, until it has waited `inline_wait` in all.
         let began = Instant::now();
+        // One clock read per round where nothing awaited in between.
+        let mut at = began;
         for _ in 0..MAX_REVOKED {
-            let now = self.now();
+            let now = self.micros_at(at);
             if let Some(outcome) = self.quota_spent(scopes, now) {
                 return Err(outcome);
             }
-            let remaining = micros(job.remaining());
+            let remaining = micros(job.deadline.saturating_duration_since(at));
             if remaining == 0 {
                 return Err(Outcome::timed_out(job.deadline_len, false));
             }
             // Never start a wait the deadline cannot pay for: the start must
             // come strictly before the deadline.
-            let inline_left =
-                micros(self.defaults.inline_wait).saturating_sub(micros(began.elapsed()));
+            let inline_left = micros(self.defaults.inline_wait)
+                .saturating_sub(micros(at.saturating_duration_since(began)));
             let max_wait = inline_left.min(remaining - 1);
             let latest = now + max_wait;
             let mut local = reserve_all(scopes, now, now, max_wait).map_err(|(scope, NotUntil(at))| {
@@ -379,7 +381,8 @@ impl<E: Executor> Inner<E> {
                     Some((budget, grant))
                 }
             };
-            let now = self.now();
+            // Only the shared budget awaits above.
+            let now = if grant.is_some() { self.now() } else { now };
             if start > now {
                 let wait = Duration::from_micros(start - now);
                 self.observe(Event::Wait {
@@ -403,6 +406,7 @@ impl<E: Executor> Inner<E> {
             if let Some((budget, grant)) = grant {
                 budget.refund(&job.credential.name, grant);
             }
+            at = Instant::now();
         }
         let wait = self.next_slot(primary);
         Err(Outcome::rate_limited(
