@@ -74,8 +74,10 @@ pub fn gate_with_burst(
     // whole suite there) a request can reach it ~50 ms after its slot; the
     // default 20 ms margin absorbs loopback transit, not a starved runtime.
     // A larger margin keeps these tests about the shared accounting.
-    let mut defaults = Defaults::default();
-    defaults.window_margin = std::time::Duration::from_millis(100);
+    let defaults = Defaults {
+        window_margin: std::time::Duration::from_millis(100),
+        ..Defaults::default()
+    };
     let config = GateConfig::default()
         .defaults(defaults)
         .credential("key", credential)
