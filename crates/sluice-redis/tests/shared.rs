@@ -34,7 +34,7 @@ async fn three_processes_spend_one_rate_with_few_round_trips() {
     let gates: Vec<_> = budgets
         .iter()
         .enumerate()
-        .map(|(i, b)| gate(&server, RATE, Some(b.clone()), 32, i as u64))
+        .map(|(i, b)| gate_with_margin(&server, RATE, Some(b.clone()), 32, i as u64))
         .collect();
     redis.reset_stats();
     let until = Instant::now() + Duration::from_secs(4);

@@ -63,6 +63,38 @@ pub fn gate_with_burst(
     max_in_flight: u32,
     seed: u64,
 ) -> Gate<HttpExecutor> {
+    let defaults = Defaults::default();
+    build(server, rate, burst, budget, max_in_flight, seed, defaults)
+}
+
+/// As [`gate`], with a window margin of 100 ms. The fake counts arrivals,
+/// and on a loaded two-core machine (CI runs the whole suite there) a
+/// request can reach it ~50 ms after its slot: the default 20 ms margin
+/// absorbs loopback transit, not a starved runtime. Tests of the shared
+/// accounting use this so that they measure the accounting.
+pub fn gate_with_margin(
+    server: &FakeServer,
+    rate: &str,
+    budget: Option<Arc<RedisBudget>>,
+    max_in_flight: u32,
+    seed: u64,
+) -> Gate<HttpExecutor> {
+    let defaults = Defaults {
+        window_margin: std::time::Duration::from_millis(100),
+        ..Defaults::default()
+    };
+    build(server, rate, None, budget, max_in_flight, seed, defaults)
+}
+
+fn build(
+    server: &FakeServer,
+    rate: &str,
+    burst: Option<u32>,
+    budget: Option<Arc<RedisBudget>>,
+    max_in_flight: u32,
+    seed: u64,
+    defaults: Defaults,
+) -> Gate<HttpExecutor> {
     let mut credential = CredentialConfig::with_rate(rate.parse().unwrap())
         .shared(budget.is_some())
         .max_in_flight(max_in_flight)
@@ -70,14 +102,6 @@ pub fn gate_with_burst(
     if let Some(burst) = burst {
         credential = credential.burst(burst);
     }
-    // The fake counts arrivals, and on a loaded two-core machine (CI runs the
-    // whole suite there) a request can reach it ~50 ms after its slot; the
-    // default 20 ms margin absorbs loopback transit, not a starved runtime.
-    // A larger margin keeps these tests about the shared accounting.
-    let defaults = Defaults {
-        window_margin: std::time::Duration::from_millis(100),
-        ..Defaults::default()
-    };
     let config = GateConfig::default()
         .defaults(defaults)
         .credential("key", credential)
