@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark and regenerates BENCHMARKS.md from what they print.
-#   scripts/bench.sh            # about 13 minutes on 2 cores
+#   scripts/bench.sh            # about 12 minutes on 2 cores
 # Needs redis-server and nginx on PATH (apt-get install redis-server nginx-light).
 set -euo pipefail
 cd "$(dirname "$0")/.."
