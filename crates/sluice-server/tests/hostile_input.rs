@@ -12,20 +12,16 @@ use axum::body::Body;
 use http::{Request, StatusCode};
 use percent_encoding::percent_decode_str;
 use serde_json::json;
+use sluice_testkit::SplitMix;
 use support::{Echo, SECRET, TOKEN, config, get, router, send, turn};
 
-/// A seeded SplitMix64: the same inputs on every run.
-struct Mix(u64);
+/// Hostile text from a seeded generator: the same inputs on every run.
+struct Mix(SplitMix);
 
 impl Mix {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
-
     fn pick<'a>(&mut self, pieces: &[&'a str]) -> &'a str {
         pieces[(self.next() % pieces.len() as u64) as usize]
     }
@@ -110,7 +106,7 @@ async fn random_proxy_paths_stay_on_the_host_and_below_the_base_path() {
     let (good, evil) = (Echo::spawn().await, Echo::spawn().await);
     let evil_addr = evil.url.strip_prefix("http://").unwrap().to_owned();
     let router = router(config(&format!("{}/api/", good.url), "", ""));
-    let mut mix = Mix(10);
+    let mut mix = Mix(SplitMix(10));
     let (mut sent, mut refused, mut unparsable) = (0, 0, 0);
     for _ in 0..1_500 {
         let uri = format!("/proxy/support/{}", mix.text(8, &evil_addr));
@@ -152,7 +148,7 @@ async fn random_tool_arguments_stay_on_the_host_and_add_no_header() {
     let (good, evil) = (Echo::spawn().await, Echo::spawn().await);
     let evil_addr = evil.url.strip_prefix("http://").unwrap().to_owned();
     let router = router(config(&format!("{}/base/", good.url), "", ""));
-    let mut mix = Mix(20);
+    let mut mix = Mix(SplitMix(20));
     let (mut ok, mut refused) = (0, 0);
     for round in 0..100 {
         let calls: Vec<serde_json::Value> = (0..10)

@@ -7,6 +7,7 @@
 mod process;
 mod procfs;
 mod redis;
+mod rng;
 pub mod soak;
 mod upstream;
 
@@ -15,6 +16,7 @@ use std::net::TcpListener;
 pub use process::SluiceProcess;
 pub use procfs::{ProcStats, proc_stats};
 pub use redis::{RedisCluster, RedisServer};
+pub use rng::SplitMix;
 pub use upstream::{Fault, Seen, Upstream};
 
 /// A free TCP port on 127.0.0.1 (free now; another process may take it).

@@ -394,20 +394,12 @@ impl SoakReport {
     }
 }
 
-/// A seeded SplitMix64: enough randomness for a load mix, no dependency.
-struct Mix(u64);
+/// The soak's load mix: a seeded generator and the weighted fault pick.
+struct Mix(crate::SplitMix);
 
 impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.below(n)
     }
 
     fn fault(&mut self, faults: &[(&'static str, u32)]) -> &'static str {
@@ -637,7 +629,9 @@ pub async fn run(
     for w in 0..options.workers {
         let (tally, client, base) = (tally.clone(), client.clone(), base.clone());
         let options = options.clone();
-        let mut mix = Mix(options.seed.wrapping_mul(1_000_003).wrapping_add(w as u64));
+        let mut mix = Mix(crate::SplitMix(
+            options.seed.wrapping_mul(1_000_003).wrapping_add(w as u64),
+        ));
         workers.spawn(async move {
             let until = started + options.duration;
             while Instant::now() < until

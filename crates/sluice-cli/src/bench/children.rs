@@ -19,6 +19,20 @@ impl Server {
         self.child.id()
     }
 
+    /// The fake API with a limit no benchmark reaches and no rate-limit
+    /// headers: the upstream whose own cost is measured, not its limit.
+    pub(crate) fn unlimited_fake() -> anyhow::Result<Self> {
+        Server::sluice(&[
+            "fake-api",
+            "--listen",
+            "127.0.0.1:0",
+            "--limit",
+            "1000000/1s",
+            "--headers",
+            "none",
+        ])
+    }
+
     /// Runs this very binary with `args`; it prints `listening on http://ADDR` first.
     pub(crate) fn sluice(args: &[&str]) -> anyhow::Result<Self> {
         let binary = std::env::current_exe().context("finding the sluice binary")?;

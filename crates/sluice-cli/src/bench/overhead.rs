@@ -69,15 +69,7 @@ struct Target {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let fake = Server::sluice(&[
-        "fake-api",
-        "--listen",
-        "127.0.0.1:0",
-        "--limit",
-        "1000000/1s",
-        "--headers",
-        "none",
-    ])?;
+    let fake = Server::unlimited_fake()?;
     let dir = std::env::temp_dir().join(format!("sluice-bench-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&dir).context("creating a temporary directory")?;
     let config = dir.join("sluice.toml");

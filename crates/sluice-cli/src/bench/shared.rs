@@ -199,15 +199,7 @@ async fn three_processes(
     args: &Args,
 ) -> anyhow::Result<(usize, f64)> {
     reset_stats(redis).await?;
-    let fake = Server::sluice(&[
-        "fake-api",
-        "--listen",
-        "127.0.0.1:0",
-        "--limit",
-        "1000000/1s",
-        "--headers",
-        "none",
-    ])?;
+    let fake = Server::unlimited_fake()?;
     let config = dir.join("shared.toml");
     std::fs::write(
         &config,
