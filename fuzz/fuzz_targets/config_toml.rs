@@ -1,4 +1,4 @@
-//! Fuzzes the sidecar's configuration loader, `Config::from_toml`, with a
+//! Fuzzes the sidecar's configuration loader, `SidecarConfig::from_toml`, with a
 //! fixed environment, and builds the sidecar's state from what it accepts.
 //!
 //! Beyond "no panic": no error message and no `Debug` of an accepted
@@ -12,7 +12,7 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use sluice_server::{AppState, Config, StartError};
+use sluice_server::{AppState, SidecarConfig, StartError};
 
 const SECRET: &str = "fz-secret-4d9c2b7e61";
 const TOKEN: &str = "fz-token-8a1f03c5";
@@ -37,17 +37,21 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let config = match Config::from_toml(text, env) {
+    let config = match SidecarConfig::from_toml(text, env) {
         Ok(config) => config,
         Err(error) => {
+            // An error may quote the input (a field's name, a bad value):
+            // that is the user's own text, not a leak, so only a secret the
+            // input does not hold itself must be absent.
             let message = error.to_string();
-            assert!(!message.contains(SECRET), "{message}");
-            assert!(!message.contains(TOKEN), "{message}");
+            assert!(text.contains(SECRET) || !message.contains(SECRET), "{message}");
+            assert!(text.contains(TOKEN) || !message.contains(TOKEN), "{message}");
             return;
         }
     };
     let debug = format!("{config:?}");
-    assert!(!debug.contains(SECRET) && !debug.contains(TOKEN), "{debug}");
+    assert!(text.contains(SECRET) || !debug.contains(SECRET), "{debug}");
+    assert!(text.contains(TOKEN) || !debug.contains(TOKEN), "{debug}");
     for (name, tool) in &config.tools {
         assert!(config.credentials.contains_key(&tool.credential), "{name}");
     }

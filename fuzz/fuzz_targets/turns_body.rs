@@ -17,7 +17,7 @@ use std::sync::LazyLock;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value, json};
 use sluice_server::fuzzing::{MAX_CALLS, ParsedTurn, join, parse_turn};
-use sluice_server::{Config, Url};
+use sluice_server::{SidecarConfig, Url};
 
 const TOML: &str = r#"
 [credentials.support]
@@ -45,8 +45,8 @@ read = false
 idempotent = true
 "#;
 
-static CONFIG: LazyLock<Config> =
-    LazyLock::new(|| Config::from_toml(TOML, |_| None).expect("the fixed configuration loads"));
+static CONFIG: LazyLock<SidecarConfig> =
+    LazyLock::new(|| SidecarConfig::from_toml(TOML, |_| None).expect("the fixed configuration loads"));
 
 fn printed(turn: &ParsedTurn) -> String {
     let calls: Vec<Value> = turn

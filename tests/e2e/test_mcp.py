@@ -202,7 +202,13 @@ max_in_flight = 8
         async with session.client() as client:
             listed = await client.list_tools()
             hints = {t.name: bool(t.annotations and t.annotations.read_only_hint) for t in listed.tools}
-            assert hints == {"lookup": True, "search": True, "send": False}, hints
+            assert hints == {
+                "lookup": True,
+                "search": True,
+                "send": False,
+                "limited": True,
+                "limited_write": False,
+            }, hints
             results = await asyncio.gather(
                 *[client.call_tool("lookup", {"key": "same"}) for _ in range(10)],
                 *[client.call_tool("search", {"query": "q"}) for _ in range(6)],
@@ -225,6 +231,48 @@ max_in_flight = 8
         session.close()
 
 
+async def test_a_tool_reporting_a_rate_limit_is_waited_out_with_progress(sluice):
+    session = Session(
+        sluice,
+        """
+[defaults]
+inline_wait = "5s"
+
+[credentials.api]
+rate = "50/1s"
+""",
+    )
+    try:
+        async with session.client() as client:
+            await client.list_tools()
+            progress = []
+
+            async def on_progress(value, total, message):
+                progress.append((value, message))
+
+            # A read: retried below the model's view after the stated wait, with progress meanwhile.
+            result = await client.call_tool("limited", {"key": "a"}, progress_callback=on_progress)
+            assert not result.is_error, result
+            assert result.content[0].text == "limited a ok", result
+            starts = session.starts("limited")
+            assert len(starts) == 2, starts
+            gap = starts[1]["t"] - starts[0]["t"]
+            assert gap >= 2.0 - WINDOW_SLACK_S, f"retried {gap:.3f} s after a 2 s wait"
+            assert progress, "no progress notification during a 2 s wait"
+            assert all("waiting for a rate-limit slot" in (m or "") for _, m in progress), progress
+
+            # A destructive write: not run again; the model gets sluice's outcome, not the error text.
+            result = await client.call_tool("limited_write", {"key": "b"})
+            o = outcome(result)
+            assert o["status"] == "rate_limited", o
+            assert 0 < o["retry_after_ms"] <= 2100, o
+            assert "api.github.com" not in result.content[0].text, result
+            await asyncio.sleep(2.5)
+            assert len(session.starts("limited_write")) == 1, session.starts("limited_write")
+    finally:
+        session.close()
+
+
 async def test_the_initialize_handshake_era_too(sluice):
     await test_a_full_queue_sheds_with_a_wait(sluice, mode="legacy")
 
@@ -234,6 +282,7 @@ TESTS = [
     test_deferred_calls_come_back_as_structured_rate_limited_results,
     test_a_full_queue_sheds_with_a_wait,
     test_identical_read_only_calls_send_one_request,
+    test_a_tool_reporting_a_rate_limit_is_waited_out_with_progress,
     test_the_initialize_handshake_era_too,
 ]
 

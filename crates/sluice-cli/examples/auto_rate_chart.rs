@@ -1,5 +1,5 @@
 //! Draws `rate = "auto"` finding a limit it was never told, then finding it
-//! again after the limit halves: `docs/auto-rate.svg` in the README.
+//! again after the limit halves: `docs/auto-rate.svg`, shown in docs/adaptive-limits.md.
 //!
 //! ```text
 //! cargo run -p sluice-cli --example auto_rate_chart -- docs/auto-rate.svg
@@ -9,11 +9,12 @@
 //! (the fake's limiter reads that clock too), so two simulated minutes take
 //! a second and every run draws the same chart.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
+use parking_lot::Mutex;
 use plotters::prelude::*;
 use serde_json::{Value, json};
 use sluice::{
@@ -39,11 +40,7 @@ impl Executor for InProcess {
         &self,
         request: Request<Value>,
     ) -> Result<http::Response<Bytes>, TransportError> {
-        let api = self
-            .0
-            .lock()
-            .map_err(|_| TransportError::connect("fake lock poisoned"))?
-            .clone();
+        let api = self.0.lock().clone();
         let http_request =
             http::Request::get(format!("/api/{}?n={}", request.tool, request.payload["n"]))
                 .header("authorization", "Bearer auto")
@@ -96,8 +93,8 @@ async fn run() -> anyhow::Result<(Vec<Record>, Vec<(f64, f64)>)> {
                     .status()
                     .first()
                     .and_then(|s| s.auto_rate.as_ref().map(|a| a.rate));
-                if let (Some(rate), Ok(mut rates)) = (rate, rates.lock()) {
-                    rates.push((start.elapsed().as_secs_f64(), rate));
+                if let Some(rate) = rate {
+                    rates.lock().push((start.elapsed().as_secs_f64(), rate));
                 }
             }
         })
@@ -107,10 +104,7 @@ async fn run() -> anyhow::Result<(Vec<Record>, Vec<(f64, f64)>)> {
     let every = Duration::from_secs(1) / OFFERED_PER_SECOND as u32;
     for n in 0..OFFERED_PER_SECOND * SECONDS {
         if n == OFFERED_PER_SECOND * HALVED_AT {
-            let old = std::mem::replace(
-                &mut *current.lock().map_err(|_| anyhow::anyhow!("lock"))?,
-                fake(LIMIT / 2)?,
-            );
+            let old = std::mem::replace(&mut *current.lock(), fake(LIMIT / 2)?);
             records.extend(shifted(&old, start));
         }
         let gate = gate.clone();
@@ -122,9 +116,9 @@ async fn run() -> anyhow::Result<(Vec<Record>, Vec<(f64, f64)>)> {
     }
     while calls.join_next().await.is_some() {}
     sampler.abort();
-    let last = current.lock().map_err(|_| anyhow::anyhow!("lock"))?.clone();
+    let last = current.lock().clone();
     records.extend(shifted(&last, start));
-    let rates = rates.lock().map_err(|_| anyhow::anyhow!("lock"))?.clone();
+    let rates = rates.lock().clone();
     Ok((records, rates))
 }
 

@@ -6,14 +6,20 @@
 //!
 //! ```text
 //! cargo run --release -p sluice-cli --example soak -- --seconds 300
+//! cargo run --release -p sluice-cli --example soak -- --seconds 120 --redis-tls
+//! cargo run --release -p sluice-cli --example soak -- --seconds 120 --cluster-failover
 //! ```
+//!
+//! `--redis-tls` puts the shared budget's Redis on TLS with an ACL user;
+//! `--cluster-failover` makes it a 3-master, 3-replica Cluster whose master
+//! for the credential is killed at half time (both may be given).
 //!
 //! Everything runs on loopback: a private `redis-server` (it must be on
 //! `PATH`), the misbehaving upstream of `sluice-testkit`, and the sidecar as a
 //! process of its own, so that its memory and descriptors are its own. By
 //! default that process is this example re-run with `--sidecar CONFIG`,
 //! which does what `sluice serve --config CONFIG --listen 127.0.0.1:0` does
-//! (`Config::load`, `AppState::connect`, `serve`); `--sluice PATH` runs a
+//! (`SidecarConfig::load`, `AppState::connect`, `serve`); `--sluice PATH` runs a
 //! `sluice` binary instead (`cargo build --release -p sluice-cli` first).
 
 use std::io::Write as _;
@@ -23,7 +29,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use sluice_server::{AppState, Config, serve};
+use sluice_config::SidecarConfig;
+use sluice_server::{AppState, serve};
 use sluice_testkit::SluiceProcess;
 use sluice_testkit::soak::{self, SoakOptions};
 
@@ -45,7 +52,7 @@ struct Args {
     #[arg(long, default_value_t = 48)]
     workers: usize,
 
-    /// Seeds the choice of faults, tools, deadlines and turn sizes.
+    /// Seeds the choice of faults, tools, deadlines and calls per request.
     #[arg(long, default_value_t = 1)]
     seed: u64,
 
@@ -58,6 +65,21 @@ struct Args {
     /// [default: the mix in sluice_testkit::soak::FAULTS].
     #[arg(long, value_name = "MIX")]
     faults: Option<String>,
+
+    /// The credential's rate per second (a bucket with a tenth of it as burst).
+    #[arg(long, default_value_t = 5_000)]
+    rate: u32,
+
+    /// Redis on TLS with an ACL user: the sidecar connects by
+    /// `rediss://user:password@...` with `tls_ca_file` (certificates made with `openssl`).
+    #[arg(long)]
+    redis_tls: bool,
+
+    /// Redis is a Cluster of 3 masters and 3 replicas; at half time the
+    /// master owning the credential's slot is killed and a replica
+    /// promoted (instead of the outage). Needs `redis-cli` on `PATH`.
+    #[arg(long)]
+    cluster_failover: bool,
 
     /// Keep the credential's budget local (`shared = false`), for comparison.
     #[arg(long)]
@@ -107,7 +129,7 @@ async fn sidecar(path: &std::path::Path) -> anyhow::Result<ExitCode> {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let mut config = Config::load(path).context("invalid configuration")?;
+    let mut config = SidecarConfig::load(path).context("invalid configuration")?;
     config.set_listen("127.0.0.1:0".parse()?)?;
     let state = AppState::connect(config, None).await?;
     let listener = tokio::net::TcpListener::bind(state.config().server.listen).await?;
@@ -161,6 +183,9 @@ async fn drive(args: &Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         shared: !args.local,
         turn_ids: !args.no_turn_ids,
+        rate: args.rate.max(10),
+        redis_tls: args.redis_tls,
+        cluster_failover: args.cluster_failover,
         ..SoakOptions::default()
     };
     let (binary, prefix): (PathBuf, Vec<String>) = match &args.sluice {
@@ -170,11 +195,16 @@ async fn drive(args: &Args) -> anyhow::Result<ExitCode> {
             vec!["--sidecar".into()],
         ),
     };
+    let fault = if args.cluster_failover {
+        "the master of the credential's slot killed at half time".to_owned()
+    } else {
+        format!("Redis down for {} s at half time", outage.as_secs())
+    };
     eprintln!(
-        "soak: {} s, {} workers, Redis down for {} s at half time; sidecar: {}",
+        "soak: {} s, {} workers, {fault}{}; sidecar: {}",
         args.seconds,
         options.workers,
-        outage.as_secs(),
+        if args.redis_tls { ", Redis on TLS" } else { "" },
         binary.display()
     );
     let report = soak::run(&options, |config, env| {

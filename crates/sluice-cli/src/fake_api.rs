@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sluice_fake::{
-    Algorithm, Config, FakeApi, FakeServer, HeaderStyle, Latency, Limits, RetryAfter,
+    Algorithm, BodyStyle, Config, CostField, FakeApi, FakeServer, HeaderStyle, Latency, Limits,
+    RetryAfter,
 };
 use tokio::net::TcpListener;
 
@@ -18,9 +19,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
 
-    /// Requests per window and key, such as 10/1s or 600/1m.
+    /// Requests per window and key, such as 10/1s or 600/1m; repeat it for several windows
+    /// that all hold (--limit 15/1s --limit 5000/1h).
     #[arg(long, value_name = "RATE", default_value = "10/1s", value_parser = parse_rate)]
-    limit: sluice::Rate,
+    limit: Vec<sluice::Rate>,
 
     /// How the limit is enforced: sliding-window, fixed-window or token-bucket
     /// [default: sliding-window, or token-bucket with --burst].
@@ -43,13 +45,17 @@ pub(crate) struct Args {
     #[arg(long, value_name = "LATENCY", value_parser = parse_latency)]
     latency: Option<Latency>,
 
-    /// Rate-limit headers to send: none, retry-after, ietf, github or openai.
+    /// Rate-limit headers to send: none, retry-after, ietf, github, openai or anthropic.
     #[arg(long, value_name = "STYLE", default_value = "retry-after", value_parser = parse_headers)]
     headers: HeaderStyle,
 
     /// Retry-After on throttled responses: auto (the exact wait), SECONDS (0.2, 5) or off.
     #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = parse_retry_after)]
     retry_after: RetryAfter,
+
+    /// Body shape of throttled answers: plain, google, graphql, github-secondary or concurrency.
+    #[arg(long, value_name = "SHAPE", default_value = "plain", value_parser = parse_bodies)]
+    bodies: BodyStyle,
 
     /// Seed of the latency RNG.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -62,6 +68,16 @@ pub(crate) struct Args {
     /// Tokens each request costs out of --token-limit.
     #[arg(long, value_name = "N", requires = "token_limit", value_parser = clap::value_parser!(u32).range(1..))]
     tokens_per_request: Option<u32>,
+
+    /// Where a request states its token charge: a JSON pointer into its body
+    /// (/max_tokens) or header:NAME; without it, --tokens-per-request.
+    #[arg(long, value_name = "FIELD", requires = "token_limit", value_parser = parse_cost_field)]
+    tokens_from: Option<CostField>,
+
+    /// Report a true usage of MIN..MAX percent of each charge (usage.total_tokens in the
+    /// body) and keep only that in the token budget once answered, such as 40..60.
+    #[arg(long, value_name = "MIN..MAX", requires = "token_limit", value_parser = parse_usage)]
+    usage: Option<(u32, u32)>,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -105,8 +121,14 @@ fn config(args: &Args) -> Result<Config, String> {
         }
         (algorithm, _) => algorithm.unwrap_or_default(),
     };
-    let mut limits =
-        Limits::new(args.limit.count().get(), args.limit.window()).with_algorithm(algorithm);
+    let (first, further) = match args.limit.split_first() {
+        Some(split) => split,
+        None => return Err("--limit needs at least one RATE".to_owned()),
+    };
+    let mut limits = Limits::new(first.count().get(), first.window()).with_algorithm(algorithm);
+    for rate in further {
+        limits = limits.with_window(rate.count().get(), rate.window());
+    }
     limits.burst = args.burst;
     limits.max_in_flight = args.max_in_flight;
     limits.daily_quota = args.daily_quota;
@@ -117,11 +139,18 @@ fn config(args: &Args) -> Result<Config, String> {
             ));
         }
         limits = limits.with_tokens(per_request, limit);
+        if let Some(field) = &args.tokens_from {
+            limits = limits.with_tokens_from(field.clone());
+        }
+        if let Some((min, max)) = args.usage {
+            limits = limits.with_usage(min, max);
+        }
     }
     Ok(Config::new(limits)
         .with_latency(args.latency.unwrap_or_default())
         .with_headers(args.headers)
         .with_retry_after(args.retry_after)
+        .with_bodies(args.bodies)
         .with_seed(args.seed))
 }
 
@@ -179,6 +208,19 @@ fn parse_latency(text: &str) -> Result<Latency, String> {
     }
 }
 
+fn parse_bodies(text: &str) -> Result<BodyStyle, String> {
+    match text.trim() {
+        "plain" => Ok(BodyStyle::Plain),
+        "google" => Ok(BodyStyle::GoogleRetryInfo),
+        "graphql" => Ok(BodyStyle::GraphqlThrottled),
+        "github-secondary" => Ok(BodyStyle::GithubSecondary),
+        "concurrency" => Ok(BodyStyle::Concurrency),
+        other => Err(format!(
+            "{other:?} is not a body shape: plain, google, graphql, github-secondary or concurrency"
+        )),
+    }
+}
+
 fn parse_retry_after(text: &str) -> Result<RetryAfter, String> {
     match text {
         "auto" => Ok(RetryAfter::Auto),
@@ -195,6 +237,30 @@ fn parse_retry_after(text: &str) -> Result<RetryAfter, String> {
                 })
         }
     }
+}
+
+fn parse_cost_field(text: &str) -> Result<CostField, String> {
+    text.parse()
+        .map_err(|error: sluice_fake::ParseNameError| error.to_string())
+}
+
+/// `MIN..MAX` percentages (a `%` after each is allowed), within 0..100, the minimum first.
+fn parse_usage(text: &str) -> Result<(u32, u32), String> {
+    let percent = |part: &str| -> Result<u32, String> {
+        let digits = part.trim().trim_end_matches('%');
+        match digits.parse::<u32>() {
+            Ok(value) if value <= 100 => Ok(value),
+            _ => Err(format!("{part:?} is not a percentage from 0 to 100")),
+        }
+    };
+    let (min, max) = text
+        .split_once("..")
+        .ok_or_else(|| format!("{text:?} is not MIN..MAX, such as 40..60"))?;
+    let (min, max) = (percent(min)?, percent(max)?);
+    if min > max {
+        return Err(format!("{text:?}: the minimum is above the maximum"));
+    }
+    Ok((min, max))
 }
 
 #[cfg(test)]
@@ -217,6 +283,13 @@ mod tests {
     }
 
     #[test]
+    fn parses_bodies() {
+        assert_eq!(parse_bodies("google"), Ok(BodyStyle::GoogleRetryInfo));
+        assert_eq!(parse_bodies("concurrency"), Ok(BodyStyle::Concurrency));
+        assert!(parse_bodies("xml").is_err());
+    }
+
+    #[test]
     fn parses_retry_after() {
         assert_eq!(parse_retry_after("auto"), Ok(RetryAfter::Auto));
         assert_eq!(parse_retry_after("off"), Ok(RetryAfter::Off));
@@ -231,5 +304,52 @@ mod tests {
         assert!(parse_retry_after("-1").is_err());
         assert!(parse_retry_after("NaN").is_err());
         assert!(parse_retry_after("later").is_err());
+    }
+
+    #[test]
+    fn parses_usage_ranges() {
+        assert_eq!(parse_usage("40..60"), Ok((40, 60)));
+        assert_eq!(parse_usage("40%..60%"), Ok((40, 60)));
+        assert!(parse_usage("60..40").is_err());
+        assert!(parse_usage("0..101").is_err());
+        assert!(parse_usage("50").is_err());
+    }
+
+    #[test]
+    fn several_limits_become_windows() {
+        use clap::Parser;
+
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::try_parse_from([
+            "fake-api",
+            "--limit",
+            "2/1s",
+            "--limit",
+            "100/1m",
+            "--token-limit",
+            "1000",
+            "--tokens-per-request",
+            "1",
+            "--tokens-from",
+            "/max_tokens",
+            "--usage",
+            "50..70",
+        ])
+        .map_err(|error| error.to_string());
+        let config = cli.and_then(|cli| config(&cli.args));
+        let limits = config.map(|config| config.limits);
+        let windows = limits
+            .as_ref()
+            .map(|limits| (limits.count, limits.windows.len()));
+        assert_eq!(windows, Ok((2, 1)));
+        let tokens = limits.ok().and_then(|limits| limits.tokens);
+        assert_eq!(
+            tokens.and_then(|tokens| tokens.from),
+            Some(CostField::Body("/max_tokens".into()))
+        );
     }
 }

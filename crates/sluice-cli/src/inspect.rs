@@ -1,4 +1,4 @@
-//! `sluice inspect`: what sluice makes of one HTTP response head, explained or as JSON.
+//! `sluice inspect`: what sluice makes of one HTTP response (head and body), explained or as JSON.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -10,14 +10,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 use sluice::signal::{
-    self, DEFAULT_SCOPE, Fields, Head, ResponseClock, ScopeSignal, Signal, Wait, parse_head,
+    self, DEFAULT_SCOPE, Fields, Head, ResponseClock, ScopeSignal, Signal, Wait, parse_response,
 };
 
 /// Flags of `sluice inspect`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A raw response head (status line, then headers), as `curl -sD - -o /dev/null URL`
-    /// prints it; `-` or absent reads standard input.
+    /// A raw response as `curl -si URL` prints it (status line, headers, a blank line, an
+    /// optional body), or just its head as `curl -sD - -o /dev/null URL` prints it; `-` or
+    /// absent reads standard input. The body is read whatever the status and content type.
     #[arg(value_name = "FILE")]
     file: Option<PathBuf>,
 
@@ -31,8 +32,8 @@ pub(crate) struct Args {
     json: bool,
 }
 
-/// Input read at most. A response head is a few kilobytes; past this it is not one,
-/// and a 10 MB file or an endless pipe is not read to its end.
+/// Input read at most. A response head is a few kilobytes and an error body not much
+/// more; a 10 MB file or an endless pipe is not read to its end.
 const MAX_INPUT: usize = 1 << 20;
 
 /// Exit status when the input has no status line (usage errors are clap's 2 as well).
@@ -41,8 +42,8 @@ const EXIT_NO_STATUS_LINE: u8 = 2;
 /// Runs `sluice inspect`.
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (input, truncated) = read_input(args.file.as_deref())?;
-    let head = match parse_head(&input) {
-        Ok(head) => head,
+    let (head, body) = match parse_response(&input) {
+        Ok(parsed) => parsed,
         Err(error) => {
             // Nothing useful to do if standard error is gone too.
             let _ = writeln!(io::stderr(), "sluice inspect: {error}");
@@ -50,7 +51,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let received = args.now.unwrap_or_else(SystemTime::now);
-    let reading = Reading::new(&head, received);
+    let reading = Reading::new(&head, body, received);
     let text = if args.json {
         let mut json = serde_json::to_string(&reading.report())?;
         json.push('\n');
@@ -143,8 +144,10 @@ struct Reading<'a> {
 }
 
 impl<'a> Reading<'a> {
-    fn new(head: &'a Head, received: SystemTime) -> Self {
-        let signal = signal::read(head.status, &head.headers, received);
+    /// Reads `body` as a credential with `body_signals = "graphql"` would, and
+    /// whatever the status: everything sluice can read.
+    fn new(head: &'a Head, body: &[u8], received: SystemTime) -> Self {
+        let signal = signal::read_with_body(head.status, &head.headers, body, received);
         let clock = ResponseClock::new(&Fields::new(&head.headers), received);
         let wait = signal.wait();
         let scope = wait
@@ -183,6 +186,14 @@ impl<'a> Reading<'a> {
             reset_ms: decided.and_then(|s| s.reset).map(millis),
             quota_exhausted: self.quota_scope.is_some(),
             quota_scope: self.quota_scope.as_deref(),
+            concurrency: self.signal.concurrency,
+            body: self.signal.body,
+            cost: self.signal.cost.as_ref().map(|cost| CostReport {
+                unit: cost.unit,
+                requested: cost.requested,
+                available: cost.available,
+                wait_ms: millis(cost.delay),
+            }),
             clock: if self.clock.uses_date_header() {
                 "date_header"
             } else {
@@ -227,6 +238,27 @@ impl<'a> Reading<'a> {
         if let Some(reason) = &self.signal.reason_scope {
             said = true;
             let _ = writeln!(out, "  the refusal was for scope \"{reason}\"");
+        }
+        if let Some(profile) = self.signal.body {
+            said = true;
+            let what = if self.signal.concurrency {
+                "too many requests in flight"
+            } else if self.signal.quota {
+                "a spent quota"
+            } else {
+                "a refusal for rate"
+            };
+            let _ = writeln!(out, "  the body ({profile}): {what}");
+        }
+        if let Some(cost) = &self.signal.cost {
+            let _ = writeln!(
+                out,
+                "  the body's cost budget: {} {} needed, {} available, refilled in {}",
+                cost.requested,
+                cost.unit,
+                cost.available,
+                human(cost.delay)
+            );
         }
         if !said {
             let _ = writeln!(out, "  nothing sluice reads about rate limits");
@@ -276,6 +308,12 @@ impl<'a> Reading<'a> {
                 "Scope \"{quota}\" is out of quota: every call on it returns quota_exhausted \
                  without sending{until}, and the operator is told."
             );
+        }
+        if self.signal.concurrency {
+            return "The server limits requests in flight, not their rate: sluice lowers the \
+                    credential's max_in_flight below what was running (it climbs back by one \
+                    as requests succeed) and retries the refused call under the lower cap."
+                .to_owned();
         }
         match &self.wait {
             None if self.signal.throttled => "The server refused without saying how long to wait: \
@@ -367,6 +405,13 @@ impl<'a> Reading<'a> {
 /// default `quota_after`: a wait longer than it, a scope with nothing left until a
 /// reset later than it, or a policy of a day or more with nothing left.
 fn quota_scope(signal: &Signal, wait: Option<&Wait>, quota_after: Duration) -> Option<String> {
+    if signal.throttled && signal.quota {
+        // The body named the quota spent (Google's `quotaExceeded`).
+        return Some(
+            wait.and_then(|w| w.scope.clone())
+                .unwrap_or_else(|| signal.blamed_scope().to_owned()),
+        );
+    }
     if let Some(wait) = wait.filter(|w| w.delay > quota_after) {
         return Some(
             wait.scope
@@ -377,10 +422,7 @@ fn quota_scope(signal: &Signal, wait: Option<&Wait>, quota_after: Duration) -> O
     signal
         .scopes
         .iter()
-        .find(|s| {
-            s.is_spent_long_window()
-                || (s.remaining == Some(0) && s.reset.is_some_and(|r| r > quota_after))
-        })
+        .find(|s| s.is_quota_spent(quota_after))
         .map(|s| s.name.clone())
 }
 
@@ -421,10 +463,24 @@ struct Report<'a> {
     reset_ms: Option<u64>,
     quota_exhausted: bool,
     quota_scope: Option<&'a str>,
+    /// The refusal was for too many requests in flight, not their rate.
+    concurrency: bool,
+    /// The body profile that read the body, if one did.
+    body: Option<&'static str>,
+    /// A GraphQL cost budget's wait, if the body stated one.
+    cost: Option<CostReport>,
     /// `date_header` or `local`: what absolute times were measured against.
     clock: &'static str,
     skipped_lines: usize,
     scopes: Vec<ScopeReport<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct CostReport {
+    unit: &'static str,
+    requested: u64,
+    available: u64,
+    wait_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -464,6 +520,7 @@ fn human(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice::signal::parse_head;
 
     #[test]
     fn huge_and_binary_inputs_do_not_panic() {
@@ -476,7 +533,7 @@ mod tests {
         input.extend(std::iter::repeat_n(b'9', 200_000));
         let head = parse_head(&input).unwrap();
         assert!(head.skipped > 0, "the map's capacity is bounded");
-        let reading = Reading::new(&head, SystemTime::now());
+        let reading = Reading::new(&head, b"", SystemTime::now());
         assert!(reading.report().throttled);
         let binary: Vec<u8> = (0..1_000_000u32)
             .map(|i| u8::try_from(i.wrapping_mul(2_654_435_761) >> 24).unwrap())
@@ -510,8 +567,8 @@ mod tests {
     }
 
     fn reading_of(input: &[u8], now: u64) -> serde_json::Value {
-        let head = parse_head(input).unwrap();
-        let reading = Reading::new(&head, UNIX_EPOCH + Duration::from_secs(now));
+        let (head, body) = parse_response(input).unwrap();
+        let reading = Reading::new(&head, body, UNIX_EPOCH + Duration::from_secs(now));
         serde_json::to_value(reading.report()).unwrap()
     }
 
@@ -542,12 +599,51 @@ mod tests {
     }
 
     #[test]
+    fn the_body_is_read_whatever_the_status() {
+        let json = reading_of(
+            b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\r\n{\"error\":{\"status\":\"RESOURCE_EXHAUSTED\",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.RetryInfo\",\"retryDelay\":\"27s\"}]}}",
+            0,
+        );
+        assert_eq!(json["wait_ms"], 27_000);
+        assert_eq!(json["source"], "google.rpc.RetryInfo");
+        assert_eq!(json["body"], "google");
+        assert_eq!(json["concurrency"], false);
+
+        // A GraphQL throttle in a 200, as a credential marked GraphQL reads it.
+        let json = reading_of(
+            b"HTTP/2 200\n\n{\"errors\":[{\"extensions\":{\"code\":\"THROTTLED\"}}],\"extensions\":{\"cost\":{\"requestedQueryCost\":101,\"throttleStatus\":{\"maximumAvailable\":1000,\"currentlyAvailable\":1,\"restoreRate\":50}}}}",
+            0,
+        );
+        assert_eq!(json["throttled"], true);
+        assert_eq!(json["wait_ms"], 2_000);
+        assert_eq!(json["cost"]["unit"], "points");
+
+        let json = reading_of(
+            b"HTTP/1.1 429 X\n\n{\"error\":\"Too many concurrent requests for this user\"}",
+            0,
+        );
+        assert_eq!(json["concurrency"], true);
+        assert_eq!(json["quota_exhausted"], false);
+
+        let json = reading_of(
+            b"HTTP/1.1 403 Forbidden\n\n{\"error\":{\"errors\":[{\"reason\":\"dailyLimitExceeded\"}]}}",
+            0,
+        );
+        assert_eq!(json["quota_exhausted"], true);
+        assert_eq!(json["throttled"], true);
+
+        let json = reading_of(b"HTTP/1.1 200 OK\n\n", 0);
+        assert_eq!(json["concurrency"], false);
+        assert_eq!(json["body"], serde_json::Value::Null);
+    }
+
+    #[test]
     fn the_explanation_names_scope_wait_quota_and_clock() {
         let head = parse_head(
             b"HTTP/1.1 429 Too Many Requests\ndate: Tue, 05 Mar 2024 14:00:00 GMT\nretry-after: 3\nx-ratelimit-resource: search\nx-ratelimit-remaining: 0\nx-ratelimit-reset: 1709647230\nbad line\n\n",
         )
         .unwrap();
-        let text = Reading::new(&head, SystemTime::now()).explain(false);
+        let text = Reading::new(&head, b"", SystemTime::now()).explain(false);
         for needle in [
             "HTTP 429 Too Many Requests: the server refused",
             "retry-after: wait 3s",

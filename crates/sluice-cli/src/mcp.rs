@@ -1,17 +1,19 @@
-//! `sluice mcp`: an MCP server behind sluice, over stdio.
+//! `sluice mcp`: an MCP server behind sluice, over stdio or Streamable HTTP on either side.
 
 use std::ffi::OsString;
-
+use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use sluice_mcp::{Command, McpConfig, exit_code};
+use sluice_config::McpConfig;
+use sluice_mcp::{Command, Proxy, Remote, Server, exit_code};
 
 /// Flags of `sluice mcp`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Example, as an MCP client's server command:\n  sluice mcp --config sluice.toml -- npx -y @modelcontextprotocol/server-github"
+    after_help = "Examples:\n  sluice mcp --config sluice.toml -- npx -y @modelcontextprotocol/server-github\n  sluice mcp --config sluice.toml --upstream https://mcp.example.com/mcp\n  sluice mcp --config sluice.toml --listen 127.0.0.1:7879 -- python server.py"
 )]
 pub(crate) struct Args {
     /// The configuration file (TOML): defaults, credentials' limits, `[tools.NAME]` overrides, `[mcp]`.
@@ -22,31 +24,103 @@ pub(crate) struct Args {
     #[arg(long, value_name = "NAME")]
     credential: Option<String>,
 
+    /// A remote MCP server's Streamable HTTP endpoint, instead of a command.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    upstream: Option<String>,
+
+    /// Serve clients over Streamable HTTP at http://ADDR/mcp instead of on stdio.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+
+    /// Shadow mode for every credential: decisions are recorded, no call is delayed, shed or deferred.
+    #[arg(long)]
+    shadow: bool,
+
     /// The MCP server's command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required_unless_present = "upstream",
+        value_name = "COMMAND"
+    )]
     command: Vec<OsString>,
+}
+
+/// `--upstream`: an `http://` or `https://` URL.
+fn upstream_url(text: &str) -> anyhow::Result<http::Uri> {
+    let url: http::Uri = text
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--upstream: not a URL"))?;
+    match url.scheme_str() {
+        Some("http" | "https") if url.host().is_some() => Ok(url),
+        _ => anyhow::bail!("--upstream: must be an http:// or https:// URL with a host"),
+    }
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::logging::init();
-    let config = McpConfig::load(&args.config, args.credential.as_deref())
+    let mut config = McpConfig::load(&args.config, args.credential.as_deref())
         .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
-    let (program, rest) = args
-        .command
-        .split_first()
-        .context("missing the MCP server's command after --")?;
+    if args.shadow {
+        config.gate = config.gate.shadow_all();
+        tracing::info!(
+            "shadow mode: decisions are recorded, and no call is delayed, shed or deferred"
+        );
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    let server = match &args.upstream {
+        Some(text) => Server::Remote(Remote {
+            url: upstream_url(text)?,
+            auth: config
+                .upstream_auth(&env)
+                .with_context(|| format!("invalid configuration in {}", args.config.display()))?,
+            forward_authorization: config.http.forward_authorization,
+        }),
+        None => {
+            let (program, rest) = args
+                .command
+                .split_first()
+                .context("missing the MCP server's command after --")?;
+            Server::Command(Command {
+                program: program.clone(),
+                args: rest.to_vec(),
+            })
+        }
+    };
     tracing::info!(
         credential = %config.credential,
-        server = %program.to_string_lossy(),
+        upstream = args.upstream.is_some(),
+        listen = ?args.listen,
         "sluice mcp: the server's tools/call requests go through the gate"
     );
-    let command = Command {
-        program: program.clone(),
-        args: rest.to_vec(),
-    };
-    let status = sluice_mcp::run(config, &command).await?;
-    // The server's status is ours: a client sees the same exit either way.
-    Ok(ExitCode::from(exit_code(status)))
+    if let Some(listen) = args.listen {
+        let settings = config
+            .listener(Some(listen), &env)
+            .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        let local = listener.local_addr()?;
+        let shutdown = crate::serve::shutdown_signal()?;
+        let mut stdout = std::io::stdout();
+        writeln!(stdout, "listening on http://{local}")?;
+        stdout.flush()?;
+        tracing::info!(addr = %local, auth = settings.auth_token.is_some(), "sluice mcp: clients connect at /mcp");
+        // Every secret is masked in what clients are sent (issue 19).
+        let proxy = Proxy::new(config).scrub_env_secrets();
+        sluice_mcp::serve_http(proxy, server, listener, settings, shutdown).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match server {
+        Server::Remote(remote) => {
+            sluice_mcp::run_upstream(config, remote).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Server::Command(command) => {
+            let status = sluice_mcp::run(config, &command).await?;
+            // The server's status is ours: a client sees the same exit either way.
+            Ok(ExitCode::from(exit_code(status)))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -86,5 +160,38 @@ mod tests {
         assert!(Wrapper::try_parse_from(["mcp", "--config", "s.toml"]).is_err());
         assert!(Wrapper::try_parse_from(["mcp", "--config", "s.toml", "--"]).is_err());
         assert!(Wrapper::try_parse_from(["mcp", "--", "server"]).is_err());
+        let remote = Wrapper::try_parse_from([
+            "mcp",
+            "--config",
+            "s.toml",
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .unwrap();
+        assert_eq!(
+            remote.args.upstream.as_deref(),
+            Some("http://127.0.0.1:9/mcp")
+        );
+        assert!(remote.args.command.is_empty());
+        assert!(
+            Wrapper::try_parse_from([
+                "mcp",
+                "--config",
+                "s.toml",
+                "--upstream",
+                "http://h/mcp",
+                "--",
+                "x"
+            ])
+            .is_err()
+        );
+        assert!(!remote.args.shadow);
+        let shadow =
+            Wrapper::try_parse_from(["mcp", "--config", "s.toml", "--shadow", "--", "x"]).unwrap();
+        assert!(shadow.args.shadow);
+        assert!(upstream_url("ftp://h/x").is_err());
+        assert!(upstream_url("http://127.0.0.1:1/mcp").is_ok());
     }
 }

@@ -11,6 +11,17 @@ const INSTALL: &str = "pip install -r tests/e2e/requirements.txt";
 
 #[test]
 fn mcp_proxy_between_python_sdk_peers() {
+    run_script("tests/e2e/test_mcp.py");
+}
+
+/// Every combination over Streamable HTTP: stdio client with a remote
+/// server, HTTP clients with a stdio server, HTTP clients with a remote one.
+#[test]
+fn mcp_proxy_over_streamable_http_between_python_sdk_peers() {
+    run_script("tests/e2e/test_mcp_http.py");
+}
+
+fn run_script(script: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let probe = Command::new("python3")
         .args(["-c", "import mcp.server.mcpserver, mcp.client.client"])
@@ -23,7 +34,7 @@ fn mcp_proxy_between_python_sdk_peers() {
     );
 
     let output = Command::new("python3")
-        .arg(root.join("tests/e2e/test_mcp.py"))
+        .arg(root.join(script))
         .arg(env!("CARGO_BIN_EXE_sluice"))
         .current_dir(&root)
         .output()
@@ -32,7 +43,7 @@ fn mcp_proxy_between_python_sdk_peers() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "tests/e2e/test_mcp.py failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+        "{script} failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     );
     assert!(
         stdout.contains(" passed, 0 failed"),

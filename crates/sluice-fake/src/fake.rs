@@ -1,20 +1,23 @@
 //! The fake API itself: routes, scripts, limits and records each request, then answers it.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, DATE};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
-use rand::SeedableRng;
+use parking_lot::Mutex;
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::bodies;
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError, HeaderStyle, RetryAfter};
+use crate::config::{Config, ConfigError, HeaderStyle, Limits, RetryAfter, Usage};
 use crate::headers::{Snapshot, add_rate_limit_headers, add_retry_after};
 use crate::record::{Record, Stats, to_ms};
 use crate::scope::Scope;
@@ -32,10 +35,11 @@ pub const ANONYMOUS: &str = "anonymous";
 /// tests); it reads time only through `tokio::time::Instant`.
 #[derive(Clone)]
 pub struct FakeApi {
-    shared: Arc<Shared>,
+    inner: Arc<Inner>,
 }
 
-struct Shared {
+/// What every clone of a [`FakeApi`] points at.
+struct Inner {
     config: Config,
     clock: Clock,
     state: Mutex<State>,
@@ -73,10 +77,22 @@ enum Verdict {
     Throttled { wait: Duration },
 }
 
+/// The header an answer reports its true token usage in, beside `usage.total_tokens` in
+/// the body, for clients that settle from a header.
+const USAGE_HEADER: &str = "x-usage-total-tokens";
+
 #[derive(Serialize)]
 struct OkBody<'a> {
     path: &'a str,
     seq: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<UsageBody>,
+}
+
+/// An LLM API's `usage` object: the tokens the answer really spent.
+#[derive(Serialize)]
+struct UsageBody {
+    total_tokens: u32,
 }
 
 #[derive(Serialize)]
@@ -91,7 +107,7 @@ impl FakeApi {
         config.validate()?;
         let state = State::new(config.seed);
         Ok(FakeApi {
-            shared: Arc::new(Shared {
+            inner: Arc::new(Inner {
                 config,
                 clock: Clock::start(),
                 state: Mutex::new(state),
@@ -101,12 +117,12 @@ impl FakeApi {
 
     /// The configuration it enforces.
     pub fn config(&self) -> &Config {
-        &self.shared.config
+        &self.inner.config
     }
 
     /// The tokio instant it started at: records' times count from here.
     pub fn origin(&self) -> Instant {
-        self.shared.clock.origin()
+        self.inner.clock.origin()
     }
 
     /// Answers one request as the HTTP server would, without a socket: decides it at once
@@ -114,13 +130,15 @@ impl FakeApi {
     ///
     /// Besides the fake API, this serves `GET /_fake/stats` and `POST /_fake/reset`.
     pub async fn handle(&self, request: Request<Bytes>) -> Response<Bytes> {
-        let planned = self.decide(request.method(), request.uri(), request.headers());
+        let arrived = Instant::now();
+        let (parts, body) = request.into_parts();
+        let planned = self.decide(&parts.method, &parts.uri, &parts.headers, &body, arrived);
         self.deliver(planned).await
     }
 
     /// Every request recorded since the start or the last reset, in decision order.
     pub fn requests(&self) -> Vec<Record> {
-        self.lock().records.clone()
+        self.inner.state.lock().records.clone()
     }
 
     /// The records with their totals, as `GET /_fake/stats` returns them.
@@ -131,38 +149,61 @@ impl FakeApi {
     /// Forgets every record and all limiter state (and reseeds the latency RNG); keeps the
     /// time origin and the scripted rules not yet consumed.
     pub fn reset(&self) {
-        let mut state = self.lock();
+        let mut state = self.inner.state.lock();
         let script = std::mem::take(&mut state.script);
-        *state = State::new(self.shared.config.seed);
+        *state = State::new(self.inner.config.seed);
         state.script = script;
     }
 
     /// Appends a scripted rule to the queue; the first matching request consumes it.
     pub fn script(&self, rule: Rule) {
-        self.lock().script.push_back(rule);
+        self.inner.state.lock().script.push_back(rule);
     }
 
     /// How many scripted rules are still waiting for a match.
     pub fn pending_rules(&self) -> usize {
-        self.lock().script.len()
+        self.inner.state.lock().script.len()
     }
 
-    /// Decides a request at the current instant and records it; nothing waits here, so the
-    /// HTTP server can call it the moment a request arrives.
-    pub(crate) fn decide(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Planned {
+    /// Decides a request that arrived at `arrived` and records it; nothing waits here, so
+    /// the HTTP server can call it the moment a request arrives (after reading its body
+    /// only when a limit charges a body field, see [`Config::needs_body`]).
+    pub(crate) fn decide(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: &[u8],
+        arrived: Instant,
+    ) -> Planned {
         let path = uri.path();
         if path.starts_with(CONTROL_PREFIX) {
             return self.control(method, path);
         }
-        let config = &self.shared.config;
-        let clock = &self.shared.clock;
+        let config = &self.inner.config;
+        let clock = &self.inner.clock;
         let path_and_query = uri.path_and_query().map_or(path, |both| both.as_str());
         let key = key_of(headers);
         let (resource, _) = config.route(path);
         let limits = config.limits_for(&key, resource);
+        // A group inside the default resource spends the default's limits too.
+        let parent_name = config.default_resource_name();
+        let parent = (config.is_nested(resource) && resource != parent_name)
+            .then(|| config.limits_for(&key, parent_name));
+        let costs = Costs {
+            own: token_charge(limits, headers, body),
+            parent: parent.and_then(|limits| token_charge(limits, headers, body)),
+            own_charged: Cell::new(None),
+            parent_charged: Cell::new(None),
+        };
+        let usage = limits
+            .tokens
+            .as_ref()
+            .and_then(|tokens| tokens.usage)
+            .or_else(|| parent.and_then(|limits| limits.tokens.as_ref()?.usage));
 
-        let mut guard = self.lock();
-        let now = clock.elapsed(Instant::now());
+        let mut guard = self.inner.state.lock();
+        let now = clock.elapsed(arrived);
         let State {
             scopes,
             records,
@@ -172,12 +213,22 @@ impl FakeApi {
         let seq = u64::try_from(records.len())
             .unwrap_or(u64::MAX)
             .saturating_add(1);
+        let mut parent_scope = parent.map(|limits| {
+            let mut scope = scopes
+                .remove(&(key.clone(), parent_name.to_owned()))
+                .unwrap_or_else(|| Scope::new(limits));
+            scope.advance(now);
+            scope
+        });
         let scope = scopes
             .entry((key.clone(), resource.to_owned()))
             .or_insert_with(|| Scope::new(limits));
+        scope.advance(now);
         let others = scope.in_flight(now);
+        let crowded = scope.is_full(now);
 
-        let verdict = admit(scope, script, seq, path, now);
+        let verdict = admit(scope, parent_scope.as_mut(), &costs, script, seq, path, now);
+        let mut spent = None;
         let (response, latency, served) = match verdict {
             Verdict::Served { rule: Some(rule) } => {
                 let reply = rule.reply;
@@ -187,25 +238,57 @@ impl FakeApi {
                 (response, reply.latency, true)
             }
             Verdict::Served { rule: None } => {
+                let latency = config.latency.sample(rng);
+                let due = now.saturating_add(latency);
+                // The true usage is drawn once and trued up in every budget charged.
+                let percent =
+                    usage.map(|usage| rng.random_range(usage.min_percent..=usage.max_percent));
+                let mut used = None;
+                for (scope, charged) in [
+                    (Some(&mut *scope), costs.own_charged.get()),
+                    (parent_scope.as_mut(), costs.parent_charged.get()),
+                ] {
+                    let (Some(scope), Some(charged), Some(percent)) = (scope, charged, percent)
+                    else {
+                        continue;
+                    };
+                    let true_usage = Usage::of(charged, percent);
+                    scope.settle(now, due, charged - true_usage);
+                    used.get_or_insert(true_usage);
+                }
+                spent = used.or(costs.own_charged.get());
                 let body = OkBody {
                     path: path_and_query,
                     seq,
+                    usage: used.map(|total_tokens| UsageBody { total_tokens }),
                 };
                 let mut response = json_response(StatusCode::OK, &body);
+                if let Some(total) = used {
+                    response
+                        .headers_mut()
+                        .insert(USAGE_HEADER, HeaderValue::from(total));
+                }
                 let snapshot = scope.snapshot(resource, now);
                 let wall_now = clock.wall(now);
                 add_rate_limit_headers(config.headers, &snapshot, wall_now, response.headers_mut());
-                (response, config.latency.sample(rng), true)
+                (response, latency, true)
             }
             Verdict::Throttled { wait } => {
                 let snapshot = scope.snapshot(resource, now);
                 let response = throttled(config, &snapshot, clock.wall(now), wait);
+                let response = bodies::reshape(config.bodies, response, wait, crowded);
                 (response, Duration::ZERO, false)
             }
         };
         let due = now.saturating_add(latency);
         if served {
             scope.serve(now, due);
+            if let Some(parent_scope) = &mut parent_scope {
+                parent_scope.serve(now, due);
+            }
+        }
+        if let Some(parent_scope) = parent_scope {
+            scopes.insert((key.clone(), parent_name.to_owned()), parent_scope);
         }
         let status = response.status();
         tracing::debug!(
@@ -225,13 +308,14 @@ impl FakeApi {
             path: path_and_query.to_owned(),
             status: status.as_u16(),
             in_flight: others.saturating_add(u32::from(served)),
+            tokens: spent,
         });
         Planned { due, response }
     }
 
     /// Waits until the response is due, then stamps its `Date`.
     pub(crate) async fn deliver(&self, planned: Planned) -> Response<Bytes> {
-        let clock = &self.shared.clock;
+        let clock = &self.inner.clock;
         // Only sleep for a latency: tokio's timer rounds every deadline up to
         // its next millisecond tick, so even an elapsed one would add up to a
         // millisecond to an answer that is due now.
@@ -265,34 +349,38 @@ impl FakeApi {
             ),
         };
         Planned {
-            due: self.shared.clock.elapsed(Instant::now()),
+            due: self.inner.clock.elapsed(Instant::now()),
             response,
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // No code panics while holding the lock, and the state stays consistent if it did.
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl fmt::Debug for FakeApi {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FakeApi")
-            .field("config", &self.shared.config)
-            .field("origin", &self.shared.clock.origin())
+            .field("config", &self.inner.config)
+            .field("origin", &self.inner.clock.origin())
             .finish_non_exhaustive()
     }
 }
 
+/// The token charges of one request: stated (or `None` for the default) per scope, and
+/// what each scope was charged once admitted.
+struct Costs {
+    own: Option<u32>,
+    parent: Option<u32>,
+    own_charged: Cell<Option<u32>>,
+    parent_charged: Cell<Option<u32>>,
+}
+
 /// Runs the script and the limiter on request `seq`: a matching rule that bypasses the
-/// limiter is served as is; otherwise the scope must admit the request (and is charged),
-/// and only then is a matching limited rule consumed.
+/// limiter is served as is; otherwise the scope (and the default resource, for a nested
+/// group) must admit the request, all or nothing, and is charged; only then is a matching
+/// limited rule consumed.
 fn admit(
     scope: &mut Scope,
+    parent: Option<&mut Scope>,
+    costs: &Costs,
     script: &mut VecDeque<Rule>,
     seq: u64,
     path: &str,
@@ -303,16 +391,35 @@ fn admit(
         .and_then(|index| script.get(index))
         .is_some_and(|rule| !rule.limited);
     if !bypass {
-        if let Err(rejection) = scope.check(now) {
-            return Verdict::Throttled {
-                wait: rejection.wait,
-            };
+        let own = scope.check_costing(now, costs.own);
+        let theirs = parent
+            .as_ref()
+            .map_or(Ok(()), |parent| parent.check_costing(now, costs.parent));
+        let wait = [own, theirs]
+            .into_iter()
+            .filter_map(Result::err)
+            .map(|rejection| rejection.wait)
+            .max();
+        if let Some(wait) = wait {
+            return Verdict::Throttled { wait };
         }
-        scope.charge(now);
+        let charged = scope.charge_costing(now, costs.own);
+        costs.own_charged.set(scope.has_tokens().then_some(charged));
+        if let Some(parent) = parent {
+            let charged = parent.charge_costing(now, costs.parent);
+            costs
+                .parent_charged
+                .set(parent.has_tokens().then_some(charged));
+        }
     }
     Verdict::Served {
         rule: matched.and_then(|index| script.remove(index)),
     }
+}
+
+/// What a request states it costs in `limits`' token budget; `None` for the default.
+fn token_charge(limits: &Limits, headers: &HeaderMap, body: &[u8]) -> Option<u32> {
+    limits.tokens.as_ref()?.from.as_ref()?.read(headers, body)
 }
 
 /// The 429 the limiter answers: the style's headers, and Retry-After as configured.

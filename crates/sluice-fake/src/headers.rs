@@ -14,7 +14,7 @@ const DAILY_POLICY: &str = "daily";
 pub(crate) const DAY: Duration = Duration::from_secs(86_400);
 
 /// The state of one scope at the moment a response is decided.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Snapshot<'a> {
     /// The resource's name.
     pub(crate) resource: &'a str,
@@ -22,6 +22,8 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) window: Duration,
     /// The request limiter.
     pub(crate) requests: Status,
+    /// Further request windows, each with its length.
+    pub(crate) windows: Vec<(Status, Duration)>,
     /// The token limiter, when the resource has one.
     pub(crate) tokens: Option<Status>,
     /// The daily quota, when the resource has one.
@@ -29,13 +31,23 @@ pub(crate) struct Snapshot<'a> {
 }
 
 impl Snapshot<'_> {
-    /// The policy a single-policy style (GitHub, OpenAI) shows: the one with the fewest
-    /// remaining, the daily quota on a tie, since it is the one that lasts.
+    /// The policy a single-policy style (GitHub, OpenAI, Anthropic) shows: the one with
+    /// the fewest remaining; on a tie the longer window, since it is the one that lasts.
     fn binding(&self) -> (Status, Duration) {
-        match self.daily {
-            Some(daily) if daily.remaining <= self.requests.remaining => (daily, DAY),
-            _ => (self.requests, self.window),
+        let mut binding = (self.requests, self.window);
+        let longer = self
+            .windows
+            .iter()
+            .copied()
+            .chain(self.daily.map(|daily| (daily, DAY)));
+        for (status, window) in longer {
+            let fewer = status.remaining < binding.0.remaining;
+            let tie_longer = status.remaining == binding.0.remaining && window > binding.1;
+            if fewer || tie_longer {
+                binding = (status, window);
+            }
         }
+        binding
     }
 }
 
@@ -51,6 +63,7 @@ pub(crate) fn add_rate_limit_headers(
         HeaderStyle::Ietf => add_ietf(snapshot, headers),
         HeaderStyle::Github => add_github(snapshot, wall_now, headers),
         HeaderStyle::Openai => add_openai(snapshot, headers),
+        HeaderStyle::Anthropic => add_anthropic(snapshot, wall_now, headers),
     }
 }
 
@@ -69,6 +82,17 @@ fn add_ietf(snapshot: &Snapshot<'_>, headers: &mut HeaderMap) {
         snapshot.requests.remaining,
         ceil_seconds(snapshot.requests.reset)
     )];
+    // A further window is a policy of its own, named for the resource and its length.
+    for (status, window) in &snapshot.windows {
+        let seconds = ceil_seconds(*window).max(1);
+        let name = format!("{}-{seconds}s", snapshot.resource);
+        policies.push(format!("\"{name}\";q={};w={seconds}", status.limit));
+        limits.push(format!(
+            "\"{name}\";r={};t={}",
+            status.remaining,
+            ceil_seconds(status.reset)
+        ));
+    }
     if let Some(daily) = snapshot.daily {
         policies.push(format!(
             "\"{DAILY_POLICY}\";q={};w={}",
@@ -132,6 +156,51 @@ fn add_openai(snapshot: &Snapshot<'_>, headers: &mut HeaderMap) {
             go_duration(status.reset),
         );
     }
+}
+
+// Anthropic's rate-limit headers: limit, remaining and an RFC 3339 reset per unit.
+fn add_anthropic(snapshot: &Snapshot<'_>, wall_now: SystemTime, headers: &mut HeaderMap) {
+    let (requests, _) = snapshot.binding();
+    let rows = [("requests", Some(requests)), ("tokens", snapshot.tokens)];
+    for (unit, status) in rows {
+        let Some(status) = status else { continue };
+        let reset_at = wall_now
+            .checked_add(status.reset)
+            .and_then(|at| at.duration_since(UNIX_EPOCH).ok())
+            .unwrap_or_default();
+        let field = |suffix: &str| format!("anthropic-ratelimit-{unit}-{suffix}");
+        insert(headers, &field("limit"), status.limit.to_string());
+        insert(headers, &field("remaining"), status.remaining.to_string());
+        insert(headers, &field("reset"), rfc3339(ceil_seconds(reset_at)));
+    }
+}
+
+/// Epoch seconds as an RFC 3339 UTC timestamp, `2024-10-15T18:02:08Z`.
+pub(crate) fn rfc3339(epoch_seconds: u64) -> String {
+    let days = epoch_seconds / 86_400;
+    let second_of_day = epoch_seconds % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        second_of_day / 3600,
+        second_of_day / 60 % 60,
+        second_of_day % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for days after the epoch).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
 }
 
 /// Adds `Retry-After` (whole seconds, rounded up) and `retry-after-ms` (rounded up).
@@ -251,6 +320,7 @@ mod tests {
             resource: "search",
             window: ms(60_000),
             requests: status(30, 27, ms(1500)),
+            windows: Vec::new(),
             tokens: Some(status(1000, 900, ms(200))),
             daily,
         }
@@ -326,5 +396,54 @@ mod tests {
             add_rate_limit_headers(style, &snapshot(None), UNIX_EPOCH, &mut headers);
             assert!(headers.is_empty(), "{style}");
         }
+    }
+
+    #[test]
+    fn rfc3339_dates_are_civil() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_729_015_328), "2024-10-15T18:02:08Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn anthropic_shows_requests_and_tokens_with_rfc3339_resets() {
+        let mut headers = HeaderMap::new();
+        let now = UNIX_EPOCH + Duration::from_secs(1_729_015_326);
+        add_rate_limit_headers(HeaderStyle::Anthropic, &snapshot(None), now, &mut headers);
+        let expected = [
+            ("anthropic-ratelimit-requests-limit", "30"),
+            ("anthropic-ratelimit-requests-remaining", "27"),
+            ("anthropic-ratelimit-requests-reset", "2024-10-15T18:02:08Z"),
+            ("anthropic-ratelimit-tokens-limit", "1000"),
+            ("anthropic-ratelimit-tokens-remaining", "900"),
+            ("anthropic-ratelimit-tokens-reset", "2024-10-15T18:02:07Z"),
+        ];
+        for (name, value) in expected {
+            assert_eq!(header(&headers, name), Some(value), "{name}");
+        }
+    }
+
+    #[test]
+    fn further_windows_are_policies_and_bind_single_policy_styles() {
+        let mut several = snapshot(None);
+        several.windows = vec![(status(5000, 12, ms(3_000_000)), ms(3_600_000))];
+        let mut headers = HeaderMap::new();
+        add_rate_limit_headers(HeaderStyle::Ietf, &several, UNIX_EPOCH, &mut headers);
+        assert_eq!(
+            header(&headers, "ratelimit-policy"),
+            Some("\"search\";q=30;w=60, \"search-3600s\";q=5000;w=3600")
+        );
+        assert_eq!(
+            header(&headers, "ratelimit"),
+            Some("\"search\";r=27;t=2, \"search-3600s\";r=12;t=3000")
+        );
+        let mut openai = HeaderMap::new();
+        add_rate_limit_headers(HeaderStyle::Openai, &several, UNIX_EPOCH, &mut openai);
+        assert_eq!(header(&openai, "x-ratelimit-limit-requests"), Some("5000"));
+        assert_eq!(
+            header(&openai, "x-ratelimit-remaining-requests"),
+            Some("12")
+        );
+        assert_eq!(header(&openai, "x-ratelimit-reset-requests"), Some("50m0s"));
     }
 }

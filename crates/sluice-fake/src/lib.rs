@@ -61,6 +61,7 @@
 //! # }
 //! ```
 
+mod bodies;
 mod clock;
 mod config;
 mod fake;
@@ -71,9 +72,10 @@ mod scope;
 mod script;
 mod server;
 
+pub use bodies::BodyStyle;
 pub use config::{
-    Algorithm, Config, ConfigError, HeaderStyle, KeyLimits, Latency, Limits, ParseNameError,
-    Resource, RetryAfter, TokenLimit,
+    Algorithm, Config, ConfigError, CostField, HeaderStyle, KeyLimits, Latency, Limits,
+    ParseNameError, Resource, RetryAfter, TokenLimit, Usage, Window,
 };
 pub use fake::{ANONYMOUS, FakeApi};
 pub use record::{Record, Stats};

@@ -152,8 +152,40 @@ impl Limiter {
         Ok(())
     }
 
-    /// Charges `cost` at `now` unconditionally; callers check first.
-    pub(crate) fn charge(&mut self, now: Duration, cost: u32) {
+    /// Gives back `amount` of what was charged at `start` (a true-up after the answer),
+    /// so later requests see only the true spend. A start that has left the window, or a
+    /// fixed window that has ended, has nothing left to give back.
+    pub fn refund(&mut self, start: Duration, amount: u32) {
+        let start = start.as_nanos();
+        let window = self.window;
+        match &mut self.state {
+            State::Sliding { log } => {
+                if let Some(entry) = log
+                    .iter_mut()
+                    .find(|(at, cost)| *at == start && *cost >= amount)
+                {
+                    entry.1 -= amount;
+                }
+            }
+            State::Fixed { index, used } => {
+                if start / window == *index {
+                    *used = used.saturating_sub(amount);
+                }
+            }
+            State::Bucket {
+                capacity, level, ..
+            } => {
+                let refunded = u128::from(amount) * window;
+                *level = level
+                    .saturating_add(refunded)
+                    .min(u128::from(*capacity) * window);
+            }
+        }
+    }
+
+    /// Charges `cost` at `now` unconditionally and returns what was charged (the cost,
+    /// capped at the capacity); callers check first.
+    pub(crate) fn charge(&mut self, now: Duration, cost: u32) -> u32 {
         let now = now.as_nanos();
         let cost = cost.min(self.capacity());
         let window = self.window;
@@ -188,6 +220,7 @@ impl Limiter {
                 *at = (*at).max(now);
             }
         }
+        cost
     }
 
     /// The numbers headers report at `now`.
@@ -403,5 +436,35 @@ mod tests {
         let mut limiter = Limiter::new(Algorithm::SlidingWindow, 2, ms(100), None);
         assert!(limiter.acquire(ms(0), 5).is_ok());
         assert_eq!(limiter.status(ms(0)).remaining, 0);
+    }
+
+    #[test]
+    fn a_refund_trues_up_the_charge_at_its_start() {
+        for algorithm in [
+            Algorithm::SlidingWindow,
+            Algorithm::FixedWindow,
+            Algorithm::TokenBucket,
+        ] {
+            let mut limiter = Limiter::new(algorithm, 10, ms(1000), None);
+            assert!(limiter.acquire(ms(0), 8).is_ok());
+            assert!(limiter.check(ms(10), 5).is_err(), "{algorithm}");
+            limiter.refund(ms(0), 6);
+            assert_eq!(limiter.status(ms(10)).remaining, 8, "{algorithm}");
+            assert!(limiter.check(ms(10), 5).is_ok(), "{algorithm}");
+        }
+    }
+
+    #[test]
+    fn a_refund_after_the_window_gives_nothing_back() {
+        let mut fixed = Limiter::new(Algorithm::FixedWindow, 10, ms(100), None);
+        assert!(fixed.acquire(ms(50), 10).is_ok());
+        assert!(fixed.acquire(ms(150), 4).is_ok());
+        // The start at 50 belongs to the window that ended at 100: the current one keeps 4.
+        fixed.refund(ms(50), 9);
+        assert_eq!(fixed.status(ms(150)).remaining, 6);
+        let mut sliding = Limiter::new(Algorithm::SlidingWindow, 10, ms(100), None);
+        assert!(sliding.acquire(ms(0), 3).is_ok());
+        sliding.refund(ms(5), 3);
+        assert_eq!(sliding.status(ms(10)).remaining, 7);
     }
 }

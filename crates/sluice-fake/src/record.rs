@@ -24,6 +24,10 @@ pub struct Record {
     /// The key's requests being served on this resource when it arrived, itself included
     /// if it was served: the highest value over the records is the peak concurrency.
     pub in_flight: u32,
+    /// The tokens it finally spent in its resource's token budget: the reported usage when
+    /// the fake trues up, else the charge. `None` when throttled or without a token budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u32>,
 }
 
 impl Record {

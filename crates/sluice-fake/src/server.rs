@@ -10,6 +10,7 @@ use axum::response::Response;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::fake::FakeApi;
 
@@ -22,12 +23,22 @@ pub fn router(api: FakeApi) -> Router {
 }
 
 async fn answer(State(api): State<FakeApi>, request: Request) -> Response {
+    let arrived = Instant::now();
     let (parts, body) = request.into_parts();
-    // Decided before the body is read, so the recorded start is the request's arrival.
-    let planned = api.decide(&parts.method, &parts.uri, &parts.headers);
-    // The fake ignores bodies; reading it keeps the connection reusable, and a broken one
-    // changes nothing about the answer.
-    let _ = axum::body::to_bytes(body, MAX_BODY).await;
+    let planned = if api.config().needs_body() {
+        // A limit charges a body field: read it first, but record the arrival as the start.
+        // A broken body charges the default.
+        let body = axum::body::to_bytes(body, MAX_BODY)
+            .await
+            .unwrap_or_default();
+        api.decide(&parts.method, &parts.uri, &parts.headers, &body, arrived)
+    } else {
+        // Decided before the body is read, so the recorded start is the request's arrival.
+        let planned = api.decide(&parts.method, &parts.uri, &parts.headers, &[], arrived);
+        // Reading the body keeps the connection reusable; a broken one changes nothing.
+        let _ = axum::body::to_bytes(body, MAX_BODY).await;
+        planned
+    };
     api.deliver(planned).await.map(Body::from)
 }
 

@@ -204,3 +204,32 @@ async fn shutdown_closes_the_listener() {
     let fresh = reqwest::Client::builder().no_proxy().build().unwrap();
     assert!(fresh.get(&url).send().await.is_err());
 }
+
+#[tokio::test]
+async fn over_http_the_charge_comes_from_the_body_and_usage_comes_back() {
+    let limits = Limits::new(100, Duration::from_secs(60))
+        .with_tokens(1, 1000)
+        .with_tokens_from("/max_tokens".parse().unwrap())
+        .with_usage(25, 25);
+    let (server, client) = serve(Config::new(limits)).await;
+    let url = format!("{}/v1/chat/completions", server.url());
+    let response = client
+        .post(&url)
+        .json(&serde_json::json!({"max_tokens": 400}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["usage"]["total_tokens"], 100);
+    let stats: Stats = client
+        .get(format!("{}/_fake/stats", server.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats.requests[0].tokens, Some(100));
+    server.shutdown().await.unwrap();
+}

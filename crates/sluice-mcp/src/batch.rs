@@ -1,6 +1,8 @@
 //! A batch from the agent: its elements are handled one by one and their responses go back as one array.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::jsonrpc;
 use crate::outbox::Outbox;
@@ -32,12 +34,12 @@ impl Batch {
 
     /// One more response will come.
     pub(crate) fn expect(&self) {
-        self.lock().awaited += 1;
+        self.state.lock().awaited += 1;
     }
 
     /// An awaited response came.
     pub(crate) fn reply(&self, message: Vec<u8>) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         state.awaited = state.awaited.saturating_sub(1);
         state.replies.push(message);
         self.flush(&mut state);
@@ -45,19 +47,19 @@ impl Batch {
 
     /// A response known at once (an element that is not a request object).
     pub(crate) fn answer_now(&self, message: Vec<u8>) {
-        self.lock().replies.push(message);
+        self.state.lock().replies.push(message);
     }
 
     /// An awaited response will not come (its request was cancelled).
     pub(crate) fn forgo(&self) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         state.awaited = state.awaited.saturating_sub(1);
         self.flush(&mut state);
     }
 
     /// Every element has been handled: send once all responses are in.
     pub(crate) fn seal(&self) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         state.sealed = true;
         self.flush(&mut state);
     }
@@ -69,11 +71,5 @@ impl Batch {
                 self.to_agent.send(jsonrpc::batch(&state.replies));
             }
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -4,8 +4,12 @@
 //!
 //! # Mental model
 //!
-//! The proxy starts the MCP server as a child process and sits on the stdio
-//! transport between the agent (the MCP client) and it. Every JSON-RPC
+//! The proxy sits between the agent (the MCP client) and the MCP server, on
+//! either transport on either side: the server a child process on stdio
+//! ([`run`]) or a remote one over Streamable HTTP ([`run_remote`],
+//! [`Remote`]); the agent on this process's stdio, or clients at
+//! `http://ADDR/mcp` ([`serve_http`]), each with a session of its own and
+//! all spending one gate. Every JSON-RPC
 //! message passes through unchanged, in both directions, except the
 //! agent's `tools/call` requests: each becomes a call on a [`sluice::Gate`]
 //! and gets the engine's whole pipeline (coalescing, admission, concurrency,
@@ -25,8 +29,22 @@
 //!   (the proxy reads those responses as they pass). Identical reads
 //!   (same tool, same arguments) in flight together send one request, and
 //!   a repeat within `turn_cache_ttl` is answered from the cache.
-//! - **Turn.** One burst of calls: it ends when no call is in progress and
-//!   none has ended for `turn_cache_ttl` (see `turns.rs`).
+//! - **Turn.** The engine's turn, drawn from what the proxy sees: one burst
+//!   of calls, ending when no call is in progress and none has ended for
+//!   `turn_cache_ttl` (see `session_turn.rs`).
+//! - **The server's own signals.** A JSON-RPC `-32023` error and a tool
+//!   error that reports its API's rate limit (`signals.rs`) reach the gate
+//!   as a 429 with the stated wait: the scope is penalized, the call retried
+//!   inline when that is safe and the wait fits, else deferred. A deferral
+//!   is a tool result, or with `[mcp] deferral = "error"` a `-32023` error.
+//!   A call with a `progressToken` that waits over a second (for a start
+//!   slot, a backoff, or in the admission queue) gets
+//!   `notifications/progress` (`progress.rs`).
+//! - **Annotations.** `readOnlyHint`, `idempotentHint`, `destructiveHint`
+//!   and `openWorldHint` decide coalescing, retries and charging, each
+//!   overridden by `[tools.NAME]`; `trust_annotations = false` ignores them.
+//! - **Limits.** No message over `[mcp] max_message_size` is held
+//!   (`limits.rs`), and what waits for a peer that stops reading is bounded.
 //! - **Cancellation.** `notifications/cancelled` for a call still waiting in
 //!   sluice drops it from the queue and sends nothing; for a call already
 //!   sent, the cancellation is passed on under the proxy's id.
@@ -104,19 +122,26 @@
 
 mod batch;
 mod catalog;
-mod config;
 mod error;
 mod executor;
+mod http;
 mod jsonrpc;
+mod limits;
 mod outbox;
 mod pending;
 mod process;
+mod progress;
 mod proxy;
 mod reply;
+mod router;
+mod scrub;
+mod session_turn;
+mod signals;
 mod stdin;
-mod turns;
 
-pub use config::{McpConfig, ToolOverride};
+// `sluice.toml` as this proxy reads it (sluice-config's MCP view).
 pub use error::McpError;
+pub use http::{MCP_PATH, Remote, Server, run_remote, run_upstream, serve_http};
 pub use process::{Command, exit_code, run, run_with};
 pub use proxy::Proxy;
+pub use sluice_config::{McpConfig, ToolOverride};

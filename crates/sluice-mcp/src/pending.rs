@@ -1,10 +1,10 @@
 //! The proxy's own requests to the MCP server: ids it owns, and the executors waiting for their answers.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use crate::jsonrpc::IdKey;
@@ -56,7 +56,7 @@ impl Pending {
             self.next.fetch_add(1, Ordering::Relaxed)
         );
         let (reply, receiver) = oneshot::channel();
-        self.lock().insert(
+        self.entries.lock().insert(
             id.clone(),
             Entry {
                 owner,
@@ -75,7 +75,7 @@ impl Pending {
     /// Hands an answer to its waiting executor; false when nobody waits
     /// any more (the call was cancelled or ran out of time).
     pub(crate) fn answer(&self, id: &str, reply: ChildReply) -> bool {
-        match self.lock().remove(id) {
+        match self.entries.lock().remove(id) {
             Some(entry) => entry.reply.send(reply).is_ok(),
             None => false,
         }
@@ -84,7 +84,7 @@ impl Pending {
     /// Forgets a request whose executor stopped waiting. `Some(true)` when
     /// it still needs a `notifications/cancelled`.
     pub(crate) fn abandon(&self, id: &str) -> Option<bool> {
-        self.lock().remove(id).map(|entry| !entry.cancelled)
+        self.entries.lock().remove(id).map(|entry| !entry.cancelled)
     }
 
     /// Marks the requests sent for `owner` as cancelled; returns their ids,
@@ -99,7 +99,7 @@ impl Pending {
     }
 
     fn mark(&self, which: impl Fn(&Entry) -> bool) -> Vec<String> {
-        let mut entries = self.lock();
+        let mut entries = self.entries.lock();
         entries
             .iter_mut()
             .filter(|(_, entry)| !entry.cancelled && which(entry))
@@ -112,13 +112,7 @@ impl Pending {
 
     /// The server is gone: every waiting executor learns it now.
     pub(crate) fn clear(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.entries.lock().clear();
     }
 }
 

@@ -2,6 +2,7 @@
 
 use serde_json::json;
 use sluice::{Completion, Outcome};
+use sluice_config::Deferral;
 
 use crate::executor::MEMBER_HEADER;
 use crate::jsonrpc;
@@ -29,8 +30,14 @@ pub(crate) enum Form {
 /// answer from the server) is a tool result with `isError: true`, the
 /// outcome object as `structuredContent` and its JSON as a text block: the
 /// MCP spec's form for tool errors the model should see and act on, never
-/// a protocol error.
-pub(crate) fn message(id: &str, completion: &Completion, form: Form) -> Vec<u8> {
+/// a protocol error. With `deferral = "error"`, a deferral (`rate_limited`,
+/// `quota_exhausted`) is instead a JSON-RPC error `-32023` ([`deferral_error`]).
+pub(crate) fn message(
+    id: &str,
+    completion: &Completion,
+    form: Form,
+    deferral: Deferral,
+) -> Vec<u8> {
     let answer = completion.response.as_deref().and_then(|response| {
         let member = response.headers().get(MEMBER_HEADER)?.to_str().ok()?;
         let body = std::str::from_utf8(response.body()).ok()?;
@@ -40,8 +47,45 @@ pub(crate) fn message(id: &str, completion: &Completion, form: Form) -> Vec<u8> 
         (Outcome::Ok { .. }, Some(("result", result))) => jsonrpc::result_response(id, result),
         (Outcome::Ok { body, .. }, None) => jsonrpc::result_response(id, &body.to_string()),
         (Outcome::Error { .. }, Some(("error", error))) => jsonrpc::error_response(id, error),
-        (outcome, _) => jsonrpc::result_response(id, &tool_error(outcome, form)),
+        (outcome, _) => match (deferral, deferral_error(outcome)) {
+            (Deferral::Error, Some(error)) => jsonrpc::error_response(id, &error),
+            _ => jsonrpc::result_response(id, &tool_error(outcome, form)),
+        },
     }
+}
+
+/// A deferral as SEP-3304's RateLimited error: code `-32023`, and in
+/// `data` the wait in milliseconds (`retryAfterMs`, the SEP's member),
+/// the scope, the reason (`quota_exhausted` for a spent quota) and the
+/// hint. `None` for an outcome that is not a deferral.
+pub(crate) fn deferral_error(outcome: &Outcome) -> Option<String> {
+    let (scope, reason, retry_after_ms, window, hint) = match outcome {
+        Outcome::RateLimited {
+            scope,
+            reason,
+            retry_after_ms,
+            window,
+            hint,
+        } => (scope, reason.as_str(), retry_after_ms, window, hint),
+        Outcome::QuotaExhausted {
+            scope,
+            retry_after_ms,
+            hint,
+        } => (scope, "quota_exhausted", retry_after_ms, &None, hint),
+        _ => return None,
+    };
+    let mut data =
+        json!({"retryAfterMs": retry_after_ms, "scope": scope, "reason": reason, "hint": hint});
+    // The window of sluice's own that deferred it, when one did (issue 14).
+    if let Some(window) = window {
+        data["window"] = json!(window);
+    }
+    let error = json!({
+        "code": crate::signals::RATE_LIMITED,
+        "message": format!("Rate limited by sluice: retry after {retry_after_ms} ms"),
+        "data": data,
+    });
+    Some(error.to_string())
 }
 
 /// A `CallToolResult` carrying an outcome the model should see.
@@ -79,7 +123,7 @@ mod tests {
                     .insert(MEMBER_HEADER, http::HeaderValue::from_static(member));
                 Arc::new(response)
             }),
-            shared: false,
+            coalesced: false,
         }
     }
 
@@ -98,6 +142,7 @@ mod tests {
             r#""a-1""#,
             &completion(ok, Some(("result", result))),
             Form::Handshake,
+            Deferral::Result,
         );
         assert_eq!(
             String::from_utf8(line).unwrap(),
@@ -109,6 +154,7 @@ mod tests {
             "9",
             &completion(failed, Some(("error", error))),
             Form::Envelope,
+            Deferral::Error,
         );
         assert_eq!(
             value(&line),
@@ -128,6 +174,7 @@ mod tests {
             "3",
             &completion(deferred.clone(), None),
             Form::Handshake,
+            Deferral::Result,
         ));
         assert_eq!(line["id"], 3);
         assert!(line.get("error").is_none());
@@ -144,9 +191,62 @@ mod tests {
             None,
             "request failed: the MCP server stopped before answering",
         );
-        let line = value(&message("4", &completion(gone, None), Form::Envelope));
+        let line = value(&message(
+            "4",
+            &completion(gone.clone(), None),
+            Form::Envelope,
+            Deferral::Result,
+        ));
         assert_eq!(line["result"]["structuredContent"]["status"], "error");
         // The per-request envelope's results say what they are.
         assert_eq!(line["result"]["resultType"], "complete");
+        // Not a deferral: a tool result whatever the deferral setting.
+        let line = value(&message(
+            "4",
+            &completion(gone, None),
+            Form::Envelope,
+            Deferral::Error,
+        ));
+        assert_eq!(line["result"]["structuredContent"]["status"], "error");
+    }
+
+    #[test]
+    fn deferrals_as_jsonrpc_errors() {
+        let deferred = Outcome::rate_limited(
+            "search",
+            Reason::Throttled,
+            Duration::from_millis(4200),
+            None,
+        );
+        let line = value(&message(
+            r#""q""#,
+            &completion(deferred.clone(), None),
+            Form::Handshake,
+            Deferral::Error,
+        ));
+        assert_eq!(line["id"], "q");
+        assert!(line.get("result").is_none());
+        let error = &line["error"];
+        assert_eq!(error["code"], -32023);
+        assert_eq!(error["data"]["retryAfterMs"], 4200);
+        assert_eq!(error["data"]["scope"], "search");
+        assert_eq!(error["data"]["reason"], "throttled");
+        let Outcome::RateLimited { hint, .. } = &deferred else {
+            unreachable!()
+        };
+        assert_eq!(error["data"]["hint"], hint.as_str());
+        let spent = Outcome::QuotaExhausted {
+            scope: "daily".to_owned(),
+            retry_after_ms: 60_000,
+            hint: "spent".to_owned(),
+        };
+        let line = value(&message(
+            "1",
+            &completion(spent, None),
+            Form::Handshake,
+            Deferral::Error,
+        ));
+        assert_eq!(line["error"]["data"]["reason"], "quota_exhausted");
+        assert_eq!(line["error"]["data"]["retryAfterMs"], 60_000);
     }
 }

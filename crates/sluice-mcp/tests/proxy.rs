@@ -378,17 +378,33 @@ async fn the_agent_closing_its_input_closes_the_servers_and_the_server_ending_en
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_server_ending_drops_calls_in_progress_and_flushes_the_rest() {
+async fn the_server_ending_fails_calls_in_progress_once_and_flushes_the_rest() {
+    // Issue 19.4 changed this: a call in progress when the server exits
+    // gets one error outcome (it used to get no answer at all).
     let mut h = Harness::start(QUEUED);
     h.agent_sends(&call(json!(1), "slow", json!({}))).await;
     h.server_gets().await;
+    // A second call waits in sluice's queue (one at a time).
+    h.agent_sends(&call(json!(2), "slow", json!({"n": 2})))
+        .await;
     h.server_sends(
         r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"last"}}"#,
     )
     .await;
     h.server_exits().await;
     assert_eq!(h.agent_gets().await["params"]["data"], "last");
-    // The agent's output is closed: no answer for the dropped call.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let answer = h.agent_gets().await;
+        assert_eq!(
+            answer["result"]["structuredContent"]["status"], "error",
+            "{answer}"
+        );
+        ids.push(answer["id"].as_i64().unwrap());
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2]);
+    // Then the agent's output is closed: nothing more.
     assert_eq!(h.try_agent_line(Duration::from_secs(1)).await, None);
     assert!(h.serving.await.unwrap().is_ok());
 }

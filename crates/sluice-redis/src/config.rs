@@ -1,5 +1,6 @@
 //! How to reach Redis and how the shared limiter behaves: [`RedisConfig`], checked where it is built.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::Error;
@@ -55,6 +56,10 @@ pub struct RedisConfig {
     /// Subscribe to the penalties other processes publish, so that a block
     /// one process learns also stops the slots the others already hold.
     pub events: bool,
+    /// A PEM file of the CA certificates that sign the servers' (for a
+    /// private CA); `None`: the platform's roots. Only with `rediss://`.
+    /// The server's certificate and name are always checked.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// The default command timeout: DESIGN.md's "50 ms default", short enough
@@ -94,6 +99,7 @@ impl RedisConfig {
             max_lease: 32,
             heartbeat: Duration::from_secs(5),
             events: true,
+            tls_ca_file: None,
         }
     }
 
@@ -115,7 +121,7 @@ impl RedisConfig {
         self
     }
 
-    /// Sets the largest lease (1 turns leases off: one round trip per call).
+    /// Sets the largest lease (1 switches leases off: one round trip per call).
     pub fn max_lease(mut self, slots: u32) -> Self {
         self.max_lease = slots;
         self
@@ -135,9 +141,16 @@ impl RedisConfig {
         self
     }
 
-    /// Turns the penalty subscription on or off.
+    /// Switches the penalty subscription on or off.
     pub fn events(mut self, events: bool) -> Self {
         self.events = events;
+        self
+    }
+
+    /// Trusts the CA certificates in this PEM file (instead of the
+    /// platform's roots) for `rediss://` URLs.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
         self
     }
 
@@ -168,6 +181,12 @@ impl RedisConfig {
                 };
                 return Err(Error::config("redis.urls", format!("{url}: {message}")));
             }
+        }
+        if self.tls_ca_file.is_some() && !self.urls.iter().all(RedisUrl::is_tls) {
+            return Err(Error::config(
+                "redis.tls_ca_file",
+                "needs rediss:// URLs (a CA file means TLS; redis:// is plain text)",
+            ));
         }
         if self.timeout.is_zero() {
             return Err(Error::config("redis.timeout", "must be longer than zero"));
@@ -259,6 +278,16 @@ mod tests {
         );
         assert_eq!(field(&base.clone().key_prefix("a{b}")), "redis.key_prefix");
         assert_eq!(field(&base.clone().max_lease(0)), "redis.max_lease");
+        assert_eq!(
+            field(&base.clone().tls_ca_file("/etc/ca.pem")),
+            "redis.tls_ca_file"
+        );
+        assert!(
+            RedisConfig::single("rediss://u:p@127.0.0.1:6379")
+                .tls_ca_file("/etc/ca.pem")
+                .validate()
+                .is_ok()
+        );
         assert!(base.validate().is_ok());
         assert!(
             RedisConfig::cluster(["redis://a:1", "redis://b:2"])

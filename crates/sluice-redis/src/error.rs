@@ -24,6 +24,12 @@ pub enum Error {
     /// The connection failed or dropped.
     #[error("Redis connection failed: {0}")]
     Connection(String),
+    /// Redis refused this client as configured: a wrong user or password,
+    /// an ACL user without the rights, or a certificate that does not
+    /// check. Retrying cannot fix it, so [`crate::RedisBudget::connect`]
+    /// reports it instead of starting in fallback.
+    #[error("{0}")]
+    Refused(String),
     /// Redis answered with an error (a script error, BUSY, MOVED...).
     #[error("Redis answered with an error: {0}")]
     Server(String),
@@ -46,6 +52,7 @@ impl Error {
             Error::Config { .. } => "config",
             Error::Timeout(_) => "timeout",
             Error::Connection(_) => "connection",
+            Error::Refused(_) => "refused",
             Error::Server(_) => "server",
             Error::Reply(_) => "reply",
         }

@@ -2,19 +2,22 @@
 //!
 //! The block script publishes `kind|µs from now|credential part|scope part`
 //! on `{prefix}:events`. Classic pub/sub is broadcast to every node of a
-//! cluster, so one subscription to any node (the seeds are tried in turn)
+//! cluster, so one subscription to any node (the seeds are tried one after another)
 //! hears every credential. A message lost while the subscription is down is
 //! not lost for long: every reservation's reply carries the credential's
 //! active holds too.
 
-use std::sync::Arc;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use sluice::limiter::Micros;
 use tokio::time::Instant;
 
+use crate::RedisConfig;
+use crate::credential::Credentials;
 use crate::holds::Kind;
 use crate::redact::RedisUrl;
 
@@ -41,6 +44,38 @@ pub(crate) fn parse(payload: &str) -> Option<Event> {
         credential: fields.next()?.to_owned(),
         scope: fields.next()?.to_owned(),
     })
+}
+
+/// Notes `event`, which arrived at `at`, on its credential (if this
+/// process uses it).
+pub(crate) fn deliver(credentials: &Credentials, event: Event, at: Instant) {
+    if let Some(cred) = credentials.by_part(&event.credential) {
+        let until = at + Duration::from_micros(event.wait);
+        cred.note_hold(event.kind, &event.scope, until, at);
+    }
+}
+
+/// The subscription for `config`'s servers on `channel`, delivering to
+/// `credentials` for as long as they exist.
+pub(crate) fn subscribe(
+    config: &RedisConfig,
+    channel: &str,
+    live: Arc<AtomicBool>,
+    credentials: Weak<Credentials>,
+) -> impl Future<Output = ()> + Send + 'static {
+    run(
+        config.urls.clone(),
+        channel.to_owned(),
+        config.connect_timeout,
+        live,
+        move |event, at| match credentials.upgrade() {
+            Some(credentials) => {
+                deliver(&credentials, event, at);
+                true
+            }
+            None => false,
+        },
+    )
 }
 
 /// Reconnection backoff for the subscription.

@@ -92,6 +92,12 @@ impl CredentialKeys {
         format!("{}:g:{scope_part}", self.base)
     }
 
+    /// Sorted set: the log of window `index` of a budget (a scope's request
+    /// window or a unit's window; score = start µs, member = `{call}|{cost}`).
+    pub fn budget(&self, name_part: &str, index: usize) -> String {
+        format!("{}:b:{name_part}:{index}", self.base)
+    }
+
     /// Sorted set: process id → last seen (µs): the heartbeat.
     pub fn processes(&self) -> String {
         format!("{}:procs", self.base)

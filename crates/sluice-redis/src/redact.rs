@@ -22,6 +22,11 @@ impl RedisUrl {
         &self.text
     }
 
+    /// Whether it is a `rediss://` (TLS) URL.
+    pub fn is_tls(&self) -> bool {
+        self.text.starts_with("rediss://")
+    }
+
     /// The URL as it may be shown.
     pub fn redacted(&self) -> String {
         redact_url(&self.text)

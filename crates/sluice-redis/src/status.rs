@@ -1,10 +1,17 @@
 //! What operators see: the backend's state per credential, Redis errors, leases, the fallback rate.
 //!
 //! Everything here is safe to show: URLs are redacted and no secret is kept.
+//! The counters are kept where they are counted ([`ErrorCounts`] by the
+//! command runner, [`DecisionCounts`] per credential); this puts them together.
 
 use serde::Serialize;
+use tokio::time::Instant;
 
+use crate::RedisConfig;
 use crate::breaker::BreakerState;
+use crate::credential::{Cred, Credentials, DecisionCounts, Mode};
+use crate::fallback::{share, share_of};
+use crate::runner::{BreakerView, ErrorCounts, Runner};
 
 /// The backend as a whole.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -31,36 +38,6 @@ pub struct Status {
     pub credentials: Vec<CredentialStatus>,
 }
 
-/// Failed Redis commands, by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct ErrorCounts {
-    /// No answer within the timeout.
-    pub timeout: u64,
-    /// The connection failed or dropped.
-    pub connection: u64,
-    /// Redis answered with an error.
-    pub server: u64,
-    /// A reply this crate did not understand.
-    pub reply: u64,
-}
-
-impl ErrorCounts {
-    /// All of them.
-    pub fn total(&self) -> u64 {
-        self.timeout + self.connection + self.server + self.reply
-    }
-}
-
-/// Where a credential's decisions are made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// In Redis, shared with every process.
-    Shared,
-    /// Locally, at this process's share of the rate.
-    Fallback,
-}
-
 /// One credential's backend state.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CredentialStatus {
@@ -82,17 +59,72 @@ pub struct CredentialStatus {
     pub decisions: DecisionCounts,
 }
 
-/// Decisions on one credential.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct DecisionCounts {
-    /// Granted by a reservation in Redis.
-    pub shared: u64,
-    /// Granted from a leased slot (no round trip).
-    pub leased: u64,
-    /// Granted locally while Redis was unreachable.
-    pub fallback: u64,
-    /// Denied (by Redis, by a known hold, or by the fallback cell).
-    pub denied: u64,
-    /// Leased slots given back unused.
-    pub returned: u64,
+/// The status now.
+pub(crate) fn status(
+    config: &RedisConfig,
+    runner: &Runner,
+    credentials: &Credentials,
+    events_live: bool,
+) -> Status {
+    let breaker = runner.breaker(Instant::now());
+    let (errors, last_error) = runner.errors();
+    let mut creds: Vec<CredentialStatus> = credentials
+        .all()
+        .iter()
+        .map(|cred| credential(cred, config, &breaker, last_error.as_deref()))
+        .collect();
+    creds.sort_by(|a, b| a.credential.cmp(&b.credential));
+    Status {
+        topology: if config.cluster { "cluster" } else { "single" },
+        servers: config.urls.iter().map(|u| u.redacted()).collect(),
+        breaker: breaker.state,
+        consecutive_failures: breaker.failures,
+        probe_in_ms: u64::try_from(breaker.probe_in.as_millis()).unwrap_or(u64::MAX),
+        commands: runner.commands(),
+        errors,
+        last_error,
+        events_live,
+        credentials: creds,
+    }
+}
+
+/// One credential's line. While the breaker is not closed every
+/// credential decides locally, whatever its last decision was.
+fn credential(
+    cred: &Cred,
+    config: &RedisConfig,
+    breaker: &BreakerView,
+    last_error: Option<&str>,
+) -> CredentialStatus {
+    let state = cred.state.lock();
+    let (mode, reason) = if breaker.state == BreakerState::Closed {
+        state.mode.clone()
+    } else {
+        (
+            Mode::Fallback,
+            Some(format!(
+                "circuit breaker {} after {} failures{}",
+                match breaker.state {
+                    BreakerState::Open => "open",
+                    _ => "probing",
+                },
+                breaker.failures,
+                last_error.map(|e| format!(": {e}")).unwrap_or_default()
+            )),
+        )
+    };
+    let share = share(config.fallback_share, state.processes);
+    CredentialStatus {
+        credential: cred.name.clone(),
+        mode,
+        reason,
+        lease_size: state.pool.size(),
+        pooled_slots: state.pool.pooled(),
+        processes_seen: state.processes,
+        fallback_per_sec: state.limit.map(|l| share_of(l, share).rate.per_sec()),
+        decisions: DecisionCounts {
+            returned: state.pool.returned,
+            ..state.decisions
+        },
+    }
 }

@@ -23,35 +23,6 @@ const SLACK: Duration = Duration::from_millis(40);
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Calls `reserve` with no acceptable wait every 20 ms until `until`: such
-/// a call is answered at once (granted now or denied), so its duration is
-/// exactly the extra time Redis cost it. Returns the longest.
-async fn probe(budget: Arc<RedisBudget>, until: Instant) -> Duration {
-    let limit = SharedLimit {
-        rate: "1000/1s".parse().unwrap(),
-        burst: None,
-    };
-    let mut longest = Duration::ZERO;
-    while Instant::now() < until {
-        let started = Instant::now();
-        let decision = budget
-            .reserve(ReserveRequest {
-                credential: "probe",
-                scopes: &["api_key"],
-                limit: Some(limit),
-                not_before: Duration::ZERO,
-                max_wait: Duration::ZERO,
-            })
-            .await;
-        longest = longest.max(started.elapsed());
-        if let Decision::Granted { wait, .. } = decision {
-            assert!(wait <= Duration::from_millis(1), "{wait:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    longest
-}
-
 /// Samples every budget's mode for credential `key` until `until`.
 fn processes_seen(budget: &RedisBudget) -> u32 {
     budget
@@ -110,7 +81,11 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
         .zip(["a", "b", "c"])
         .enumerate()
         .map(|(i, (b, name))| {
-            let gate = gate(&server, RATE, Some(b.clone()), 32, i as u64);
+            // The fake counts arrivals: under CPU load (`yes` on both
+            // cores) a request can reach it tens of ms after its slot, more
+            // than the default 20 ms margin covers; the 100 ms one keeps
+            // this a test of the accounting, not of the scheduler.
+            let gate = gate_with_margin(&server, RATE, Some(b.clone()), 32, i as u64);
             tokio::spawn(drive(gate, name, 16, until, Duration::from_millis(200)))
         })
         .collect();
@@ -183,10 +158,11 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
         assert_eq!(key.mode, Mode::Fallback, "{status:?}");
         assert!(key.reason.is_some());
         assert!(status.errors.total() > 0);
-        // Three processes seen: each falls back to a third of the rate.
+        // Three processes seen: each falls back to a third of the rate
+        // (60 per 1.1 s: the window widened by the 100 ms margin).
         assert_eq!(key.processes_seen, 3);
         assert!(
-            (key.fallback_per_sec.unwrap() - 20.0).abs() < 1.0,
+            (key.fallback_per_sec.unwrap() - 20.0 / 1.1).abs() < 1.0,
             "{key:?}"
         );
     }
@@ -206,10 +182,12 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
         "{} starts during a 3.5 s outage",
         outage.len()
     );
-    // Settled fallback keeps the key within 5% of R (measured 60-63 at R = 60;
-    // docs/shared-limiter.md, "Failure modes").
+    // Settled fallback keeps the key within 2% of R (docs/shared-limiter.md,
+    // "Failure modes"): every shared start, also those beyond the share or
+    // still ahead, is counted in the local cell, and a second switch keeps
+    // the local starts of the first (the two causes of the 5% seen before).
     assert!(
-        outage_busiest <= R + R / 20,
+        outage_busiest <= R + R / 50,
         "{outage_busiest} starts in 1 s during the outage"
     );
     assert!(max_in_window(&outage, 1_000.0) <= 2 * R);
@@ -293,6 +271,7 @@ async fn a_flushed_script_cache_is_invisible() {
             credential: "key",
             scopes: &["api_key", "search"],
             limit: Some(limit),
+            windows: &[],
             not_before: Duration::ZERO,
             max_wait: Duration::from_secs(1),
         })

@@ -191,6 +191,7 @@ fn run_case(server: &RedisServer, redis: &Runtime, case: &Case) -> Result<(), Te
                         credential: &credential,
                         scopes: &scopes,
                         limit: Some(limit),
+                        windows: &[],
                         not_before: Duration::from_micros(*not_before),
                         max_wait: Duration::from_micros(*max_wait),
                     }));

@@ -191,3 +191,42 @@ async fn a_429_one_process_sees_stops_every_process() {
     // And traffic resumed after it.
     assert!(records.iter().any(|r| r.t_ms >= t429 + 2_000.0));
 }
+
+/// A burst of N calls at N/W, none willing to wait: all N start, none is
+/// deferred because another's lease holds its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_n_calls_at_n_per_window_all_start() {
+    use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
+    let redis = RedisServer::start();
+    let budget = budget(redis_config(&redis.url())).await;
+    let limit = SharedLimit {
+        rate: "10/1s".parse().unwrap(),
+        burst: None,
+    };
+    let calls: Vec<_> = (0..10)
+        .map(|_| {
+            let budget = budget.clone();
+            tokio::spawn(async move {
+                budget
+                    .reserve(ReserveRequest {
+                        credential: "burst",
+                        scopes: &["api_key"],
+                        limit: Some(limit),
+                        windows: &[],
+                        not_before: Duration::ZERO,
+                        max_wait: Duration::from_millis(50),
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut granted = 0;
+    let mut denied = Vec::new();
+    for call in calls {
+        match call.await.unwrap() {
+            Decision::Granted { .. } => granted += 1,
+            other => denied.push(other),
+        }
+    }
+    assert_eq!(granted, 10, "{denied:?} {:?}", budget.status());
+}

@@ -3,37 +3,27 @@
 
 use http::header::{self, HeaderMap, HeaderName};
 use percent_encoding::percent_decode_str;
-use reqwest::Url;
+use sluice_config::{is_hop_by_hop, is_reserved_request_header};
+use url::Url;
 
-/// Headers that belong to one connection, not to the message (RFC 9110 §7.6.1),
-/// plus the legacy ones proxies also drop.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-/// Our own request headers (`x-sluice-deadline-ms`, ...): never forwarded.
-pub(crate) const SLUICE_PREFIX: &str = "x-sluice-";
-
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(&name.as_str())
-}
-
-/// Headers the sidecar sets itself, so neither a client nor a credential's
-/// `auth_header` may choose them.
-pub(crate) fn is_reserved_request_header(name: &HeaderName) -> bool {
-    is_hop_by_hop(name)
-        || name == header::HOST
-        || name == header::CONTENT_LENGTH
-        || name == header::EXPECT
-        || name.as_str().starts_with(SLUICE_PREFIX)
+/// Removes hop-by-hop headers (and the names `Connection` lists) in place:
+/// an owned upstream answer is forwarded without copying its header map.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let mut drop: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| is_hop_by_hop(name))
+        .cloned()
+        .collect();
+    if headers.contains_key(header::CONNECTION) {
+        drop.extend(
+            connection_listed(headers)
+                .iter()
+                .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok()),
+        );
+    }
+    for name in drop {
+        headers.remove(name);
+    }
 }
 
 /// Names listed in `Connection` are hop-by-hop for this message too.
@@ -50,9 +40,14 @@ fn connection_listed(headers: &HeaderMap) -> Vec<String> {
 
 /// The end-to-end headers of a proxied request: without hop-by-hop headers,
 /// `Host`, our `x-sluice-*`, any `Authorization` and the credential's own
-/// auth header (the sidecar injects the secret there).
+/// auth header (the sidecar injects the secret there). Copied, not
+/// filtered in place: removing from a header map reorders it.
 pub(crate) fn request_headers(incoming: &HeaderMap, auth_header: &HeaderName) -> HeaderMap {
-    let listed = connection_listed(incoming);
+    let listed = if incoming.contains_key(header::CONNECTION) {
+        connection_listed(incoming)
+    } else {
+        Vec::new()
+    };
     let mut headers = HeaderMap::with_capacity(incoming.len());
     for (name, value) in incoming {
         let drop = is_reserved_request_header(name)
@@ -84,6 +79,10 @@ pub(crate) fn response_headers(upstream: &HeaderMap) -> HeaderMap {
 /// plain or percent-encoded (any case, even encoded twice), separated by `/`
 /// or `\`, or as Tomcat's `..;`.
 pub(crate) fn climbs(path: &str) -> bool {
+    // Without a dot, plain or encoded (`%2e`), there is no `..` to find.
+    if !path.bytes().any(|b| b == b'.' || b == b'%') {
+        return false;
+    }
     // The URL parser drops tabs and newlines from a path (WHATWG URL,
     // "basic URL parser"), so `.\n.` or `..%\r2f` would reach the upstream
     // as `..` or `..%2f`; a server that decodes and parses again drops
@@ -130,8 +129,14 @@ pub(crate) fn join(base: &Url, path: &str, query: Option<&str>) -> Result<Url, L
     url.set_query(query);
     // Defence in depth: whatever the path held, the origin and the base
     // path are what the configuration says.
-    let below = url.path().starts_with(&format!("{base_path}/"));
-    if url.origin() != base.origin() || !below {
+    let below = url
+        .path()
+        .strip_prefix(base_path)
+        .is_some_and(|rest| rest.starts_with('/'));
+    let same_origin = url.scheme() == base.scheme()
+        && url.host() == base.host()
+        && url.port_or_known_default() == base.port_or_known_default();
+    if !same_origin || !below {
         return Err(LeavesBase(path.to_owned()));
     }
     Ok(url)

@@ -4,8 +4,8 @@
 //! proxy's path checks), re-exported, so that what is fuzzed is what serves.
 
 use bytes::Bytes;
-use reqwest::Url;
 use serde_json::Value;
+use url::Url;
 
 use crate::forward;
 use crate::routes::turns;

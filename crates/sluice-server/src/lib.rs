@@ -3,10 +3,10 @@
 //!
 //! # Mental model
 //!
-//! - A [`Config`] (TOML, checked at start, every error naming its field)
-//!   declares **credentials** (a base URL, a secret read from the
-//!   environment, limits) and **tools** (a method and a path template on one
-//!   credential).
+//! - A [`SidecarConfig`] (`sluice.toml`, read by `sluice-config`: checked
+//!   at start, every error naming its field) declares **credentials** (a
+//!   base URL, a secret read from the environment, limits) and **tools** (a
+//!   method and a path template on one credential).
 //! - [`AppState`] builds one engine [`sluice::Gate`] over an
 //!   [`HttpExecutor`], which signs requests with the credential's secret,
 //!   follows no redirect and contacts nothing but the base URL.
@@ -14,17 +14,28 @@
 //!   answers one outcome per call, in order; `ANY /proxy/{credential}/{*path}`
 //!   forwards plain HTTP through the same gate; `GET /v1/status`,
 //!   `GET /metrics` and `GET /healthz` report. A `turn_id` (or the
-//!   `x-sluice-turn-id` header) makes requests share one turn: its
-//!   single-flight and read cache.
-//! - [`serve`] runs it with a graceful shutdown.
+//!   `x-sluice-turn-id` header) names one engine turn in a registry, so
+//!   requests carrying it share its single-flight and read cache.
+//! - A proxied answer's body streams to its client as it arrives (an event
+//!   stream, NDJSON, anything past 1 MiB) while the call keeps its
+//!   concurrency permit; a read other requests of a named turn may share is
+//!   read whole. Every configured secret is masked as `***` in everything
+//!   the sidecar returns.
+//! - [`serve`] runs it on a listener with header-read and idle timeouts, a
+//!   bound on connections and accept errors backed off; [`serve_workers`]
+//!   does the same on one current-thread runtime per worker, each with its
+//!   own socket ([`bind`]). Both stop with a graceful shutdown. Deadlines a client sets
+//!   (`deadline_ms`, `x-sluice-deadline-ms`) are refused past
+//!   [`sluice_config::MAX_DURATION`], then capped so that the shutdown grace
+//!   period covers them (see [`MIN_DEADLINE_CAP`]).
 //!
-//! Secrets live in [`Secret`], which prints `***`; no response, status page,
-//! metric or log line carries one.
+//! Secrets live in [`sluice_config::Secret`], which prints `***`; no
+//! response, status page, metric or log line carries one.
 //!
 //! # Example
 //!
 //! ```
-//! use sluice_server::{AppState, Config, app};
+//! use sluice_server::{AppState, SidecarConfig, app};
 //! use tower::ServiceExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -38,7 +49,7 @@
 //!     credential = "support"
 //!     path = "/api/v2/search.json?query={query}"
 //! "#;
-//! let config = Config::from_toml(toml, |_| None)?;
+//! let config = SidecarConfig::from_toml(toml, |_| None)?;
 //! let router = app(AppState::new(config)?);
 //!
 //! let request = http::Request::post("/v1/turns")
@@ -53,32 +64,31 @@
 //! # }
 //! ```
 
-mod config;
+mod deadline;
 mod executor;
 mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
+mod listener;
 mod metrics;
 mod payload;
+mod relay;
 mod routes;
-mod secret;
+pub mod scrub;
 mod serve;
 mod state;
-mod template;
-mod tool;
-mod turns;
+mod turn_registry;
 
-pub use config::{
-    Config, ConfigError, DEFAULT_AUTH_HEADER, DEFAULT_AUTH_PREFIX, DEFAULT_LISTEN,
-    DEFAULT_MAX_BODY, DEFAULT_SHARED_TIMEOUT, ServerSettings, SharedSettings, Upstream,
-};
 pub use executor::{ClientError, HttpExecutor};
+pub use listener::{Listeners, bind};
 pub use metrics::Metrics;
 pub use payload::{HttpRequest, Outbound};
-pub use reqwest::Url;
-pub use routes::{DEADLINE_HEADER, OUTCOME_HEADER, REASON_HEADER, SCOPE_HEADER, TURN_HEADER, app};
-pub use secret::Secret;
-pub use serve::serve;
-pub use state::{AppState, MIN_DEADLINE_CAP, StartError};
-pub use template::{FillError, Filled, PathTemplate, TemplateError};
-pub use tool::{ToolRequest, ToolSpec};
+pub use routes::{
+    DEADLINE_HEADER, OUTCOME_HEADER, PRIORITY_HEADER, REASON_HEADER, SCOPE_HEADER, TURN_HEADER, app,
+};
+pub use serve::{serve, serve_router, serve_workers};
+pub use state::{AppState, MIN_DEADLINE_CAP, StartError, redis_config};
+pub use url::Url;
+// The configuration this crate is built from (`AppState::new` takes it,
+// `StartError::Config` carries its error).
+pub use sluice_config::{ConfigError, SidecarConfig};

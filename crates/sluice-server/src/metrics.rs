@@ -1,9 +1,9 @@
 //! Prometheus metrics: the engine's events counted as they happen, scope
 //! gauges read from `Gate::status` at scrape time.
 
-use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
+use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -54,10 +54,26 @@ struct ScopeLabels {
     scope: String,
 }
 
+/// One window of a scope: requests, or a unit's.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WindowLabels {
+    credential: String,
+    scope: String,
+    unit: String,
+    window: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModeLabels {
     credential: String,
     mode: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowLabels {
+    credential: String,
+    scope: String,
+    decision: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -90,6 +106,14 @@ pub struct Metrics {
     blocked: Family<ScopeLabels, Gauge<f64, AtomicU64>>,
     shared_mode: Family<ModeLabels, Gauge>,
     redis_errors: Family<KindLabels, Gauge>,
+    shadow: Family<ShadowLabels, Counter>,
+    modes: Family<ModeLabels, Gauge>,
+    max_in_flight: Family<ScopeLabels, Gauge>,
+    queue_limit: Family<ScopeLabels, Gauge>,
+    server_remaining: Family<ScopeLabels, Gauge>,
+    window_used: Family<WindowLabels, Gauge>,
+    window_remaining: Family<WindowLabels, Gauge>,
+    window_next_free: Family<WindowLabels, Gauge<f64, AtomicU64>>,
     /// Scrapes refresh the gauges then encode: one at a time.
     scrape: Mutex<()>,
 }
@@ -125,6 +149,14 @@ impl Metrics {
             blocked: Family::default(),
             shared_mode: Family::default(),
             redis_errors: Family::default(),
+            shadow: Family::default(),
+            modes: Family::default(),
+            max_in_flight: Family::default(),
+            queue_limit: Family::default(),
+            server_remaining: Family::default(),
+            window_used: Family::default(),
+            window_remaining: Family::default(),
+            window_next_free: Family::default(),
             scrape: Mutex::new(()),
             registry: Registry::default(),
         };
@@ -198,9 +230,63 @@ impl Metrics {
             "Redis commands that failed since start, by kind",
             metrics.redis_errors.clone(),
         );
+        registry.register(
+            "shadow_decisions",
+            "Shadow mode: what enforcing would have done to calls sent at once, by scope and decision (wait, defer, shed)",
+            metrics.shadow.clone(),
+        );
+        registry.register(
+            "max_in_flight",
+            "The concurrency cap in force per scope (what in_flight is held to)",
+            metrics.max_in_flight.clone(),
+        );
+        registry.register(
+            "queue_limit",
+            "The admission queue's bound per scope (what queued is held to)",
+            metrics.queue_limit.clone(),
+        );
+        registry.register(
+            "server_remaining",
+            "What the server last said remains in its window, per scope (after any reserve)",
+            metrics.server_remaining.clone(),
+        );
+        registry.register(
+            "window_used",
+            "Spent in each window sluice keeps, ending now: requests, or a unit's (issue 14)",
+            metrics.window_used.clone(),
+        );
+        registry.register(
+            "window_remaining",
+            "Left of each window's count now: requests, or a unit's",
+            metrics.window_remaining.clone(),
+        );
+        registry.register(
+            "window_next_free_seconds",
+            "Time until each window's next free slot (a request, or one unit)",
+            metrics.window_next_free.clone(),
+        );
+        registry.register(
+            "credential_mode",
+            "1 for the mode each credential runs in (enforce, or shadow: decisions recorded, none enforced)",
+            metrics.modes.clone(),
+        );
         Metrics {
             registry,
             ..metrics
+        }
+    }
+
+    /// Sets the mode gauge of every credential (`enforce` is `false` in shadow mode).
+    pub fn record_modes<'a>(&self, credentials: impl IntoIterator<Item = (&'a str, bool)>) {
+        for (credential, enforce) in credentials {
+            for (mode, on) in [("enforce", enforce), ("shadow", !enforce)] {
+                self.modes
+                    .get_or_create(&ModeLabels {
+                        credential: credential.to_owned(),
+                        mode: mode.to_owned(),
+                    })
+                    .set(i64::from(on));
+            }
         }
     }
 
@@ -220,15 +306,22 @@ impl Metrics {
     /// The Prometheus text, with the scope gauges set from `scopes`, and the
     /// shared backend's from `shared`, first.
     pub fn encode(&self, scopes: &[ScopeStatus], shared: Option<&sluice_redis::Status>) -> String {
-        let _one_at_a_time = self
-            .scrape
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _one_at_a_time = self.scrape.lock();
         // Scopes come and go: start from empty so forgotten ones disappear.
-        for family in [&self.in_flight, &self.queued, &self.quota_exhausted] {
+        for family in [
+            &self.in_flight,
+            &self.queued,
+            &self.quota_exhausted,
+            &self.max_in_flight,
+            &self.queue_limit,
+            &self.server_remaining,
+        ] {
             family.clear();
         }
         self.blocked.clear();
+        self.window_used.clear();
+        self.window_remaining.clear();
+        self.window_next_free.clear();
         for scope in scopes {
             let labels = ScopeLabels {
                 credential: scope.credential.clone(),
@@ -243,6 +336,46 @@ impl Metrics {
             self.quota_exhausted
                 .get_or_create(&labels)
                 .set(i64::from(scope.quota_exhausted));
+            let optional = [
+                (&self.max_in_flight, scope.max_in_flight.map(i64::from)),
+                (&self.queue_limit, scope.queue_limit.map(i64::from)),
+                (
+                    &self.server_remaining,
+                    scope
+                        .server_remaining
+                        .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+                ),
+            ];
+            for (family, value) in optional {
+                if let Some(value) = value {
+                    family.get_or_create(&labels).set(value);
+                }
+            }
+            let requests = scope.windows.iter().map(|window| ("requests", window));
+            let units = scope.units.iter().flat_map(|unit| {
+                unit.windows
+                    .iter()
+                    .map(move |window| (unit.unit.as_str(), window))
+            });
+            for (unit, window) in requests.chain(units) {
+                let labels = WindowLabels {
+                    credential: scope.credential.clone(),
+                    scope: scope.scope.clone(),
+                    unit: unit.to_owned(),
+                    window: window.window.clone(),
+                };
+                let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                self.window_used
+                    .get_or_create(&labels)
+                    .set(count(window.used));
+                self.window_remaining
+                    .get_or_create(&labels)
+                    .set(count(window.remaining));
+                // Milliseconds to seconds for display.
+                self.window_next_free
+                    .get_or_create(&labels)
+                    .set(window.next_free_ms as f64 / 1_000.0);
+            }
             let blocked_ms = scope.blocked_for_ms.unwrap_or(0);
             // Milliseconds to seconds for display; precision loss is irrelevant here.
             self.blocked
@@ -301,11 +434,11 @@ impl Observer for Metrics {
                 credential,
                 tool,
                 outcome,
-                shared,
+                coalesced,
                 ..
             } => {
                 self.record_outcome(credential, tool, outcome);
-                if *shared {
+                if *coalesced {
                     self.coalesced
                         .get_or_create(&ToolLabels {
                             credential: (*credential).to_owned(),
@@ -377,6 +510,20 @@ impl Observer for Metrics {
                     })
                     .inc();
             }
+            Event::Shadow {
+                credential,
+                scope,
+                decision,
+                ..
+            } => {
+                self.shadow
+                    .get_or_create(&ShadowLabels {
+                        credential: (*credential).to_owned(),
+                        scope: (*scope).to_owned(),
+                        decision: decision.as_str().to_owned(),
+                    })
+                    .inc();
+            }
             _ => {}
         }
     }
@@ -413,7 +560,7 @@ mod tests {
             credential: "support",
             tool: "search",
             outcome: &shed,
-            shared: false,
+            coalesced: false,
             elapsed: Duration::ZERO,
         });
         metrics.observe(&Event::Request {
@@ -432,6 +579,19 @@ mod tests {
         scope.in_flight = 2;
         scope.queued = 3;
         scope.blocked_for_ms = Some(1500);
+        let window = |used, remaining| sluice::scope::WindowStatus {
+            window: "10/1s".to_owned(),
+            used,
+            remaining,
+            next_free_ms: 250,
+        };
+        scope.windows = vec![window(4, 6)];
+        scope.units = vec![sluice::scope::UnitStatus {
+            unit: "tokens".to_owned(),
+            windows: vec![window(7, 3)],
+            server_remaining: None,
+            server_reset_in_ms: None,
+        }];
         let text = metrics.encode(&[scope], None);
         for line in [
             r#"sluice_calls_total{credential="support",tool="search",outcome="rate_limited",reason="shed"} 1"#,
@@ -441,6 +601,9 @@ mod tests {
             r#"sluice_in_flight{credential="support",scope="api_key"} 2"#,
             r#"sluice_queued{credential="support",scope="api_key"} 3"#,
             r#"sluice_blocked_seconds{credential="support",scope="api_key"} 1.5"#,
+            r#"sluice_window_used{credential="support",scope="api_key",unit="requests",window="10/1s"} 4"#,
+            r#"sluice_window_remaining{credential="support",scope="api_key",unit="tokens",window="10/1s"} 3"#,
+            r#"sluice_window_next_free_seconds{credential="support",scope="api_key",unit="requests",window="10/1s"} 0.25"#,
         ] {
             assert!(text.contains(line), "{line}\n{text}");
         }

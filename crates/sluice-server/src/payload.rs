@@ -5,8 +5,8 @@
 use bytes::Bytes;
 use http::Method;
 use http::header::{ACCEPT, HeaderMap, RANGE};
-use reqwest::Url;
 use sluice::Payload;
+use url::Url;
 
 /// One HTTP request, as the executor sends it (the secret is added there).
 #[derive(Debug, Clone)]
@@ -32,15 +32,23 @@ pub enum Outbound {
         /// The rendered request.
         request: HttpRequest,
     },
-    /// A request that arrived at `/proxy/{credential}/...`.
+    /// A request that arrived at `/proxy/{credential}/...` and whose answer
+    /// other requests in its turn may share (a read in a named turn): its
+    /// body is read whole, so that every caller gets all of it.
     Proxy(HttpRequest),
+    /// A request that arrived at the proxy and is answered to one client
+    /// only: a 2xx body streams through as it arrives. It never coalesces
+    /// (a stream cannot be shared).
+    ProxyStream(HttpRequest),
 }
 
 impl Outbound {
     /// The request to send.
     pub fn request(&self) -> &HttpRequest {
         match self {
-            Outbound::Tool { request, .. } | Outbound::Proxy(request) => request,
+            Outbound::Tool { request, .. }
+            | Outbound::Proxy(request)
+            | Outbound::ProxyStream(request) => request,
         }
     }
 }
@@ -49,10 +57,11 @@ impl Payload for Outbound {
     /// A tool call is identified by its arguments' canonical JSON; a proxied
     /// GET or HEAD by method, path and query, plus the headers that choose a
     /// different representation (`Accept`, `Range`). Other proxied methods
-    /// never coalesce.
+    /// never coalesce, and neither does a streamed answer.
     fn coalesce_key(&self) -> Option<String> {
         match self {
             Outbound::Tool { args, .. } => args.coalesce_key(),
+            Outbound::ProxyStream(_) => None,
             Outbound::Proxy(request) => {
                 if !matches!(request.method, Method::GET | Method::HEAD) {
                     return None;
@@ -72,6 +81,15 @@ impl Payload for Outbound {
                     String::from_utf8_lossy(header(RANGE)),
                 ))
             }
+        }
+    }
+
+    /// A configured tool's argument, for a cost taken from it; a proxied
+    /// request has none.
+    fn argument(&self, name: &str) -> Option<&serde_json::Value> {
+        match self {
+            Outbound::Tool { args, .. } => args.get(name),
+            Outbound::Proxy(_) | Outbound::ProxyStream(_) => None,
         }
     }
 }
@@ -135,5 +153,9 @@ mod tests {
             proxied(Method::POST, "http://a/x", None).coalesce_key(),
             None
         );
+        let Outbound::Proxy(request) = get else {
+            unreachable!()
+        };
+        assert_eq!(Outbound::ProxyStream(request).coalesce_key(), None);
     }
 }

@@ -1,44 +1,167 @@
-//! Serving the app on a listener, with a graceful shutdown bounded by a grace period.
+//! Serving the app: on one listener on the caller's runtime ([`serve`]),
+//! or on worker threads with a runtime each ([`serve_workers`]); both stop
+//! with a graceful shutdown bounded by a grace period.
 
 use std::future::Future;
 use std::io;
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, mpsc, watch};
 
+use crate::listener::{App, Limits, Listeners, accept_loop};
 use crate::routes::app;
 use crate::state::AppState;
 
 /// Serves `state`'s app on `listener` until `shutdown` resolves; then stops
 /// accepting connections and lets requests in progress finish, for at most
 /// [`AppState::shutdown_grace`] (the longest deadline a call can have, so
-/// every accepted call gets its outcome).
+/// every accepted call gets its outcome). Connections get `[server]`'s
+/// timeouts and limits; they are served on the caller's runtime.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let grace = state.shutdown_grace();
-    let (signalled, on_signal) = oneshot::channel::<()>();
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
-        shutdown.await;
-        let _ = signalled.send(());
-    });
-    let mut server = tokio::spawn(server.into_future());
+    let streams = state.clone();
+    let limits = Limits::of(&state.config().server);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (stop, stopping) = watch::channel(false);
+    let app = App {
+        router: app(state.clone()),
+        state: Some(state),
+    };
+    let serving = accept_loop(listener, app, limits, slots, stopping);
+    tokio::pin!(serving);
     tokio::select! {
-        finished = &mut server => return finished.map_err(io::Error::other)?,
-        Ok(()) = on_signal => {}
+        () = &mut serving => return Ok(()),
+        () = shutdown => {}
     }
+    announce(grace);
+    // Open pages would hold their connections for the whole grace period.
+    streams.close_streams();
+    let _ = stop.send(true);
+    finish(serving, grace).await;
+    Ok(())
+}
+
+/// Serves `state`'s app on `listeners`, one worker thread per socket, each
+/// with its own current-thread runtime, until `shutdown` resolves; then as
+/// [`serve`]. The caller's runtime keeps running what `state` needs (the
+/// shared budget's connection to Redis).
+pub async fn serve_workers(
+    listeners: Listeners,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let grace = state.shutdown_grace();
+    let streams = state.clone();
+    let limits = Limits::of(&state.config().server);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let app = App {
+        router: app(state.clone()),
+        state: Some(state),
+    };
+    let (stop, stopping) = watch::channel(false);
+    let workers = listeners.sockets.len();
+    let (done, mut finished) = mpsc::channel::<io::Result<()>>(workers.max(1));
+    for (index, socket) in listeners.sockets.into_iter().enumerate() {
+        let (app, slots, stopping, done) =
+            (app.clone(), slots.clone(), stopping.clone(), done.clone());
+        std::thread::Builder::new()
+            .name(format!("sluice-worker-{index}"))
+            .spawn(move || {
+                let result = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .and_then(|runtime| {
+                        runtime.block_on(async move {
+                            let listener = TcpListener::from_std(socket)?;
+                            let mut stopped = stopping.clone();
+                            let serving = accept_loop(listener, app, limits, slots, stopping);
+                            tokio::pin!(serving);
+                            tokio::select! {
+                                () = &mut serving => return Ok(()),
+                                _ = stopped.wait_for(|stop| *stop) => {}
+                            }
+                            finish(serving, grace).await;
+                            Ok(())
+                        })
+                    });
+                let _ = done.blocking_send(result);
+            })?;
+    }
+    drop(done);
+    tokio::pin!(shutdown);
+    let mut left = workers;
+    // A worker that ends before the shutdown failed to start: stop the others too.
+    let early = tokio::select! {
+        () = &mut shutdown => None,
+        result = finished.recv() => {
+            left -= 1;
+            Some(result.unwrap_or(Ok(())))
+        }
+    };
+    if early.is_none() {
+        announce(grace);
+    }
+    streams.close_streams();
+    let _ = stop.send(true);
+    let mut outcome = early.unwrap_or(Ok(()));
+    while left > 0 {
+        let Some(result) = finished.recv().await else {
+            break;
+        };
+        left -= 1;
+        if outcome.is_ok() {
+            outcome = result;
+        }
+    }
+    outcome
+}
+
+/// Serves any axum `router` on `listener` with the sidecar's listener
+/// (header-read and idle timeouts and the connection cap of `limits`,
+/// accept errors backed off) until `shutdown` resolves; then lets requests
+/// in progress finish for at most `grace`. `sluice mcp --listen` uses it.
+pub async fn serve_router(
+    listener: TcpListener,
+    router: axum::Router,
+    limits: &sluice_config::ServerSettings,
+    grace: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let limits = Limits::of(limits);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (stop, stopping) = watch::channel(false);
+    let app = App {
+        router,
+        state: None,
+    };
+    let serving = accept_loop(listener, app, limits, slots, stopping);
+    tokio::pin!(serving);
+    tokio::select! {
+        () = &mut serving => return Ok(()),
+        () = shutdown => {}
+    }
+    announce(grace);
+    let _ = stop.send(true);
+    finish(serving, grace).await;
+    Ok(())
+}
+
+fn announce(grace: Duration) {
     tracing::info!(
         grace_s = grace.as_secs(),
         "shutting down: no new connections; waiting for calls in flight"
     );
-    match tokio::time::timeout(grace, &mut server).await {
-        Ok(finished) => finished.map_err(io::Error::other)?,
-        Err(_) => {
-            tracing::warn!("the grace period ran out; closing the connections still open");
-            server.abort();
-            Ok(())
-        }
+}
+
+/// Lets the accept loop's connections finish, for at most `grace`.
+async fn finish(serving: impl Future<Output = ()>, grace: Duration) {
+    if tokio::time::timeout(grace, serving).await.is_err() {
+        tracing::warn!("the grace period ran out; closing the connections still open");
     }
 }

@@ -1,18 +1,19 @@
 //! The sidecar's shared state: the configuration, the gate over the HTTP
-//! executor, the metrics and the turns, built once at start.
+//! executor, the metrics and the registry of turns by id, built once at start.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use sluice::Gate;
-
+use sluice_config::{ConfigError, SharedSettings, SidecarConfig};
 use sluice_redis::{RedisBudget, RedisConfig};
 
-use crate::config::{Config, ConfigError, SharedSettings};
 use crate::executor::{ClientError, HttpExecutor};
 use crate::metrics::Metrics;
-use crate::turns::{MAX_TURNS, Turns};
+use crate::scrub::Scrubber;
+use crate::turn_registry::{MAX_TURNS, TurnRegistry};
 
 /// Client-given deadlines (`deadline_ms`, `x-sluice-deadline-ms`) are capped
 /// at the longest configured deadline or this, whichever is longer, so the
@@ -66,33 +67,38 @@ impl std::fmt::Debug for AppState {
 }
 
 pub(crate) struct Inner {
-    pub(crate) config: Config,
+    pub(crate) config: SidecarConfig,
     pub(crate) gate: Gate<HttpExecutor>,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) turns: Turns<HttpExecutor>,
+    pub(crate) turn_registry: TurnRegistry<HttpExecutor>,
     pub(crate) deadline_cap: Duration,
     /// The shared budget, when a credential has `shared = true`.
     pub(crate) shared: Option<Arc<RedisBudget>>,
-    proxy_labels: Mutex<HashMap<String, HashSet<String>>>,
+    /// Masks the credentials' secrets in every response; `None` without a secret.
+    pub(crate) scrubber: Option<Arc<Scrubber>>,
+    /// Proxy labels by credential, then by first path segment (`""`: none).
+    proxy_labels: Mutex<HashMap<String, HashMap<String, Arc<str>>>>,
+    /// Set when the sidecar shuts down: endless responses (`/v1/events`) end.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl AppState {
     /// Builds the state from a checked configuration, with jitter from the OS.
     /// Must run inside a tokio runtime (the engine reads tokio's clock).
     /// A configuration with shared credentials needs [`AppState::connect`].
-    pub fn new(config: Config) -> Result<Self, StartError> {
+    pub fn new(config: SidecarConfig) -> Result<Self, StartError> {
         Self::build(config, None, None)
     }
 
     /// As [`AppState::new`], with the jitter seeded (tests, reproducible runs).
-    pub fn with_seed(config: Config, seed: u64) -> Result<Self, StartError> {
+    pub fn with_seed(config: SidecarConfig, seed: u64) -> Result<Self, StartError> {
         Self::build(config, Some(seed), None)
     }
 
     /// Builds the state, connecting to the shared backend (Redis) when a
     /// credential has `shared = true`. Redis being down is not an error:
     /// the backend starts in fallback and recovers by itself.
-    pub async fn connect(config: Config, seed: Option<u64>) -> Result<Self, StartError> {
+    pub async fn connect(config: SidecarConfig, seed: Option<u64>) -> Result<Self, StartError> {
         let shared = match (
             &config.shared,
             config.credentials.values().any(|c| c.shared),
@@ -106,7 +112,7 @@ impl AppState {
     }
 
     fn build(
-        config: Config,
+        config: SidecarConfig,
         seed: Option<u64>,
         shared: Option<Arc<RedisBudget>>,
     ) -> Result<Self, StartError> {
@@ -120,6 +126,13 @@ impl AppState {
         }
         let executor = HttpExecutor::new(&config.credentials)?;
         let metrics = Arc::new(Metrics::new());
+        metrics.record_modes(
+            config
+                .gate
+                .credentials
+                .iter()
+                .map(|(name, credential)| (name.as_str(), credential.enforce)),
+        );
         let mut builder = Gate::builder(config.gate.clone(), executor).observer(metrics.clone());
         if let Some(seed) = seed {
             builder = builder.seed(seed);
@@ -128,23 +141,32 @@ impl AppState {
             builder = builder.shared(budget.clone());
         }
         let gate = builder.build().map_err(ConfigError::from)?;
-        let turns = Turns::new(config.gate.defaults.turn_cache_ttl, MAX_TURNS);
+        let turn_registry = TurnRegistry::new(config.gate.defaults.turn_cache_ttl, MAX_TURNS);
         let deadline_cap = config.longest_deadline().max(MIN_DEADLINE_CAP);
+        let scrubber = Scrubber::new(
+            config
+                .credentials
+                .values()
+                .filter_map(|upstream| upstream.secret.as_ref())
+                .map(|secret| secret.expose()),
+        );
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,
                 gate,
                 metrics,
-                turns,
+                turn_registry,
                 deadline_cap,
                 shared,
+                scrubber,
                 proxy_labels: Mutex::new(HashMap::new()),
+                closing: tokio::sync::watch::Sender::new(false),
             }),
         })
     }
 
     /// The configuration in force.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &SidecarConfig {
         &self.inner.config
     }
 
@@ -163,6 +185,12 @@ impl AppState {
         self.inner.shared.as_ref().map(|budget| budget.status())
     }
 
+    /// Ends the responses that would otherwise never end (`/v1/events`),
+    /// so that a graceful shutdown does not wait on an open page.
+    pub(crate) fn close_streams(&self) {
+        self.inner.closing.send_replace(true);
+    }
+
     /// How long shutdown waits for calls in flight: the longest deadline a
     /// call can have, plus a little for its outcome to be written.
     pub fn shutdown_grace(&self) -> Duration {
@@ -171,41 +199,49 @@ impl AppState {
 }
 
 impl Inner {
-    /// A client-given deadline, capped.
-    pub(crate) fn cap_deadline(&self, deadline: Duration) -> Duration {
-        deadline.min(self.deadline_cap)
+    /// Resolves when the sidecar starts shutting down.
+    pub(crate) fn closing(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut closing = self.closing.subscribe();
+        async move {
+            // An error means the state is gone: nothing is left to serve.
+            let _ = closing.wait_for(|closing| *closing).await;
+        }
     }
 
     /// The label of a proxied call: `proxy:CRED:/SEGMENT` for the first few
     /// first path segments, `proxy:CRED` past them, so labels stay bounded.
-    pub(crate) fn proxy_label(&self, credential: &str, path: &str) -> String {
+    /// Labels are made once and looked up after that, without allocating.
+    pub(crate) fn proxy_label(&self, credential: &str, path: &str) -> Arc<str> {
         let segment = path.trim_start_matches('/').split('/').next().unwrap_or("");
-        let plain = format!("proxy:{credential}");
         let printable = segment.len() <= 64
             && segment
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if segment.is_empty() || !printable {
+        let segment = if printable { segment } else { "" };
+        let mut labels = self.proxy_labels.lock();
+        if let Some(label) = labels.get(credential).and_then(|known| known.get(segment)) {
+            return label.clone();
+        }
+        let known = labels.entry(credential.to_owned()).or_default();
+        // The plain label (no segment) does not count against the bound.
+        let plain = known
+            .entry(String::new())
+            .or_insert_with(|| Arc::from(format!("proxy:{credential}")))
+            .clone();
+        if segment.is_empty() || known.len() > MAX_PROXY_LABELS {
             return plain;
         }
-        let label = format!("{plain}:/{segment}");
-        let mut labels = self
-            .proxy_labels
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let known = labels.entry(credential.to_owned()).or_default();
-        if known.contains(&label) || known.len() < MAX_PROXY_LABELS {
-            known.insert(label.clone());
-            label
-        } else {
-            plain
-        }
+        known
+            .entry(segment.to_owned())
+            .or_insert_with(|| Arc::from(format!("{plain}:/{segment}")))
+            .clone()
     }
 }
 
 /// The Redis backend's settings from `[shared]`: `redis_urls` means a
-/// cluster (its seeds), `redis_url` one node.
-fn redis_config(settings: &SharedSettings) -> RedisConfig {
+/// cluster (its seeds), `redis_url` one node. The Python package's gate
+/// connects with the same settings.
+pub fn redis_config(settings: &SharedSettings) -> RedisConfig {
     let mut config = if settings.redis_urls.is_empty() {
         let url = settings
             .redis_url
@@ -224,6 +260,9 @@ fn redis_config(settings: &SharedSettings) -> RedisConfig {
     config = config.timeout(settings.timeout);
     if let Some(share) = settings.fallback_share {
         config = config.fallback_share(share);
+    }
+    if let Some(path) = &settings.tls_ca_file {
+        config = config.tls_ca_file(path);
     }
     config
 }

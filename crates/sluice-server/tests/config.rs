@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sluice_server::{AppState, Config, ConfigError, StartError};
+use sluice_server::{AppState, ConfigError, SidecarConfig, StartError};
 
 /// The configuration of issue 5, as written there (secret variable set).
 const ISSUE_EXAMPLE: &str = r#"
@@ -59,8 +59,8 @@ fn env(name: &str) -> Option<String> {
     }
 }
 
-fn load(text: &str) -> Result<Config, ConfigError> {
-    Config::from_toml(text, env)
+fn load(text: &str) -> Result<SidecarConfig, ConfigError> {
+    SidecarConfig::from_toml(text, env)
 }
 
 /// The error for `text`, checked to name `field` and to quote no secret.
@@ -211,6 +211,8 @@ fn adaptive_limits_can_be_configured() {
         ("reserve = \"100%\"", "credentials.c.reserve"),
         ("policy_window = \"0s\"", "credentials.c.policy_window"),
         ("learn = \"yes\"", "credentials.c.learn"),
+        ("body_signals = \"xml\"", "credentials.c.body_signals"),
+        ("body_signals = true", "credentials.c.body_signals"),
     ] {
         refused(&format!("{base}{line}"), field);
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use sluice_fake::{Config as FakeConfig, FakeApi, FakeServer, HeaderStyle, Latency, Limits};
-use sluice_server::Config;
+use sluice_server::SidecarConfig;
 use sluice_testkit::{Fault, Upstream};
 use support::{SECRET, Sidecar, env, state};
 
@@ -24,11 +24,11 @@ const MAX_ATTEMPTS: usize = 3;
 
 /// A credential `api` on `base_url` with a read tool (`GET /r/{n}`) and a
 /// write tool (`POST /w/{n}`), quick backoff, room for every call.
-fn config(base_url: &str) -> Config {
+fn config(base_url: &str) -> SidecarConfig {
     config_at(base_url, "1000/1s")
 }
 
-fn config_at(base_url: &str, rate: &str) -> Config {
+fn config_at(base_url: &str, rate: &str) -> SidecarConfig {
     let toml = format!(
         r#"
 [defaults]
@@ -55,7 +55,7 @@ path = "/w/{{n}}"
 read = false
 "#
     );
-    Config::from_toml(&toml, env).unwrap()
+    SidecarConfig::from_toml(&toml, env).unwrap()
 }
 
 /// One call's answer, as the client saw it.
@@ -82,7 +82,7 @@ impl Harness {
         Harness::with(config(base_url)).await
     }
 
-    async fn with(config: Config) -> Harness {
+    async fn with(config: SidecarConfig) -> Harness {
         Harness {
             sidecar: Sidecar::spawn(state(config)).await,
             client: reqwest::Client::new(),

@@ -312,3 +312,33 @@ async fn reads_sharing_a_turn_header_coalesce() {
     let body: Value = a.json();
     assert_eq!(body["target"], "/slow?q=1");
 }
+
+/// Issue 13: a deadline header longer than the longest allowed duration (a
+/// week) is a 400 naming the header, and nothing is sent; a week is served.
+#[tokio::test]
+async fn deadline_headers_longer_than_a_week_are_refused_without_sending() {
+    let echo = Echo::spawn().await;
+    let router = router(config(&echo.url, "", ""));
+    let with_deadline = |value: &str| {
+        Request::get("/proxy/support/x")
+            .header("x-sluice-deadline-ms", value)
+            .body(Body::empty())
+            .unwrap()
+    };
+    for huge in ["18446744073709551615", "1000000000000000", "604800001"] {
+        let reply = send(&router, with_deadline(huge)).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{huge}");
+        assert_eq!(
+            reply.json()["error"],
+            "x-sluice-deadline-ms: must be at most 604800000 milliseconds (the longest allowed duration)"
+        );
+    }
+    // Past u64: not a number of milliseconds at all.
+    let reply = send(&router, with_deadline("99999999999999999999999")).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(echo.seen().is_empty(), "{:?}", echo.seen());
+
+    let reply = send(&router, with_deadline("604800000")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(echo.seen().len(), 1);
+}

@@ -81,3 +81,67 @@ async fn the_grace_period_covers_the_longest_deadline() {
         sluice_server::MIN_DEADLINE_CAP + Duration::from_secs(1)
     );
 }
+
+/// The same on worker threads, each with its own runtime and socket
+/// (`serve_workers`, what `sluice serve` runs): calls in flight on any
+/// worker finish, new connections are refused, and every worker stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_finish_their_calls_in_flight_and_stop() {
+    let server = fake(
+        Limits::new(100, Duration::from_secs(1)),
+        RetryAfter::Auto,
+        Latency::Fixed(ms(400)),
+    )
+    .await;
+    let listeners = sluice_server::bind("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+    assert_eq!(listeners.workers(), 3);
+    let url = format!("http://{}", listeners.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(sluice_server::serve_workers(
+        listeners,
+        state(config(&server.url(), "", "")),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // Several connections, so that the kernel spreads them over the workers.
+    let in_flight: Vec<_> = (0..6)
+        .map(|i| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let calls = json!({"calls": [
+                    {"id": "a", "tool": "search_tickets", "args": {"query": format!("q{i}")}},
+                ]});
+                reqwest::Client::new()
+                    .post(format!("{url}/v1/turns"))
+                    .json(&calls)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<Value>()
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    // The calls take 400 ms upstream: all accepted by now, none answered.
+    tokio::time::sleep(ms(250)).await;
+    stop.send(()).unwrap();
+    tokio::time::sleep(ms(50)).await;
+    let refused = reqwest::Client::new()
+        .get(format!("{url}/healthz"))
+        .timeout(ms(500))
+        .send()
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    for call in in_flight {
+        let answer = call.await.unwrap();
+        assert_eq!(answer["results"][0]["status"], "ok", "{answer}");
+    }
+    assert_eq!(server.api().requests().len(), 6);
+    tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("every worker stops once the calls are answered")
+        .unwrap()
+        .unwrap();
+}

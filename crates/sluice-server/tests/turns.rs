@@ -381,3 +381,42 @@ async fn malformed_requests_are_400_with_a_named_problem() {
     }
     assert_eq!(server.api().requests().len(), 0);
 }
+
+/// Issue 13: a `deadline_ms` longer than the longest allowed duration (a
+/// week) is that call's error, naming the field, and reaches neither the
+/// engine nor the upstream; a week itself, and a sidecar whose configured
+/// deadlines are a week, answer normally.
+#[tokio::test]
+async fn deadlines_longer_than_a_week_are_refused_without_sending() {
+    let server = open_fake().await;
+    let week = "[defaults]\ndeadline = \"7d\"\n";
+    let router = router(config(&server.url(), "", week));
+    let body = json!({"calls": [
+        {"id": "max", "tool": "search_tickets", "args": {"query": "a"}, "deadline_ms": u64::MAX},
+        {"id": "eon", "tool": "search_tickets", "args": {"query": "b"}, "deadline_ms": 1_000_000_000_000_000_u64},
+        {"id": "over", "tool": "search_tickets", "args": {"query": "c"}, "deadline_ms": 604_800_001},
+        {"id": "week", "tool": "search_tickets", "args": {"query": "d"}, "deadline_ms": 604_800_000},
+        {"id": "default", "tool": "search_tickets", "args": {"query": "e"}},
+    ]});
+    let results = results(&send(&router, turn(&body)).await);
+    for result in &results[..3] {
+        assert_eq!(result["status"], "error", "{result}");
+        assert_eq!(
+            result["message"],
+            "search_tickets: deadline_ms must be at most 604800000 (the longest allowed duration)"
+        );
+    }
+    assert_eq!(results[3]["status"], "ok", "{}", results[3]);
+    assert_eq!(results[4]["status"], "ok", "{}", results[4]);
+    let mut sent: Vec<String> = server
+        .api()
+        .requests()
+        .iter()
+        .map(|request| request.path.clone())
+        .collect();
+    sent.sort_unstable();
+    assert_eq!(
+        sent,
+        ["/api/v2/search.json?query=d", "/api/v2/search.json?query=e"]
+    );
+}

@@ -15,7 +15,7 @@ use std::net::TcpListener;
 
 pub use process::SluiceProcess;
 pub use procfs::{ProcStats, proc_stats};
-pub use redis::{RedisCluster, RedisServer};
+pub use redis::{RedisCluster, RedisServer, TLS_PASSWORD, TLS_USER, Tls};
 pub use rng::SplitMix;
 pub use upstream::{Fault, Seen, Upstream};
 

@@ -1,10 +1,12 @@
 //! Private `redis-server` processes on free loopback ports, killed on drop
 //! (even on panic), with fault injection: kill, restart, `DEBUG SLEEP`,
-//! `SCRIPT FLUSH`; and a three-master cluster.
+//! `SCRIPT FLUSH`; a three-master cluster, with a replica per master if
+//! asked; and TLS with an ACL user, certificates made at test time.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -14,20 +16,146 @@ static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
 /// One `redis-server` of our own. Killed when dropped.
 pub struct RedisServer {
-    /// The port it listens on (127.0.0.1).
+    /// The port it listens on (127.0.0.1): plain text, for the test's own
+    /// commands (with the ACL user's password when TLS is on).
     pub port: u16,
+    /// The TLS port, when TLS is on.
+    pub tls_port: Option<u16>,
     dir: PathBuf,
     cluster: bool,
+    /// `cluster-node-timeout` (ms): how soon a dead master is failed over.
+    node_timeout_ms: u32,
+    tls: Option<Arc<Tls>>,
     child: Option<Child>,
+}
+
+/// The ACL user a TLS server requires (the default user is off).
+pub const TLS_USER: &str = "sluice";
+/// Its password.
+pub const TLS_PASSWORD: &str = "pw-9f1c2e7a";
+
+/// Certificates made with the `openssl` command for one test: a CA, and a
+/// server certificate it signs for `127.0.0.1` and `localhost`; and a
+/// second CA that signed nothing (to be refused with).
+pub struct Tls {
+    dir: PathBuf,
+}
+
+impl Tls {
+    /// Makes the certificates in a directory of their own.
+    pub fn generate() -> Arc<Tls> {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-tls-test-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tls = Tls { dir };
+        for ca in ["ca", "other-ca"] {
+            tls.openssl(&[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN=sluice test {ca}"),
+                "-keyout",
+                &format!("{ca}.key"),
+                "-out",
+                &format!("{ca}.pem"),
+            ]);
+        }
+        tls.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ]);
+        std::fs::write(
+            tls.dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        tls.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.pem",
+        ]);
+        Arc::new(tls)
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let output = Command::new("openssl")
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .expect("openssl is installed");
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// The CA that signed the servers' certificate (PEM).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// A CA that signed nothing here.
+    pub fn other_ca_file(&self) -> PathBuf {
+        self.dir.join("other-ca.pem")
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Tls {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl RedisServer {
     /// A standalone server on a free port.
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(false, 5_000, None)
     }
 
-    fn start_with(cluster: bool) -> Self {
+    /// A standalone server with a TLS port (the certificates of `tls`) that
+    /// takes only the ACL user [`TLS_USER`] with [`TLS_PASSWORD`].
+    pub fn start_tls(tls: Arc<Tls>) -> Self {
+        Self::start_with(false, 5_000, Some(tls))
+    }
+
+    fn start_with(cluster: bool, node_timeout_ms: u32, tls: Option<Arc<Tls>>) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "sluice-redis-test-{}-{}",
             std::process::id(),
@@ -36,9 +164,16 @@ impl RedisServer {
         std::fs::create_dir_all(&dir).unwrap();
         for _ in 0..5 {
             let mut server = RedisServer {
-                port: free_port(),
+                port: if cluster {
+                    free_cluster_port()
+                } else {
+                    free_port()
+                },
+                tls_port: tls.as_ref().map(|_| free_port()),
                 dir: dir.clone(),
                 cluster,
+                node_timeout_ms,
+                tls: tls.clone(),
                 child: None,
             };
             server.spawn();
@@ -64,9 +199,27 @@ impl RedisServer {
         if self.cluster {
             command
                 .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-node-timeout", "5000"])
+                .arg("--cluster-node-timeout")
+                .arg(self.node_timeout_ms.to_string())
                 .arg("--cluster-config-file")
                 .arg(format!("nodes-{}.conf", self.port));
+        }
+        if let (Some(tls), Some(tls_port)) = (&self.tls, self.tls_port) {
+            let path = |name: &str| tls.file(name).display().to_string();
+            command
+                .arg("--tls-port")
+                .arg(tls_port.to_string())
+                .args(["--tls-cert-file", &path("server.pem")])
+                .args(["--tls-key-file", &path("server.key")])
+                .args(["--tls-ca-cert-file", &path("ca.pem")])
+                .args(["--tls-auth-clients", "no"])
+                .args(["--user", "default", "off"])
+                .args(["--user", TLS_USER, "on", &format!(">{TLS_PASSWORD}")])
+                .args(["~*", "&*", "+@all"])
+                .args(["--masteruser", TLS_USER, "--masterauth", TLS_PASSWORD]);
+            if self.cluster {
+                command.args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+            }
         }
         self.child = Some(command.spawn().expect("redis-server is installed"));
     }
@@ -84,9 +237,28 @@ impl RedisServer {
         false
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT` (with the ACL user when TLS is on).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match self.tls {
+            Some(_) => format!("redis://{TLS_USER}:{TLS_PASSWORD}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// `rediss://USER:PASSWORD@127.0.0.1:TLS_PORT`, with `password`.
+    pub fn tls_url_with(&self, password: &str) -> String {
+        let port = self.tls_port.expect("a TLS server");
+        format!("rediss://{TLS_USER}:{password}@127.0.0.1:{port}")
+    }
+
+    /// `rediss://USER:PASSWORD@127.0.0.1:TLS_PORT`.
+    pub fn tls_url(&self) -> String {
+        self.tls_url_with(TLS_PASSWORD)
+    }
+
+    /// The pid of the running server.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// A client for it.
@@ -98,6 +270,19 @@ impl RedisServer {
         self.client()
             .get_connection_with_timeout(Duration::from_secs(2))
             .unwrap()
+    }
+
+    /// Runs one command; `None` if the server cannot be reached or fails.
+    pub fn try_command<T: redis::FromRedisValue>(&self, args: &[&str]) -> Option<T> {
+        let mut conn = self
+            .client()
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()?;
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        cmd.query(&mut conn).ok()
     }
 
     /// Runs one command and returns its reply.
@@ -180,51 +365,157 @@ impl Drop for RedisServer {
     }
 }
 
-/// Three masters, no replicas, slots spread by `redis-cli --cluster create`.
+/// Three masters (and a replica for each if asked), slots spread by
+/// `redis-cli --cluster create`.
 pub struct RedisCluster {
-    /// Its three masters.
+    /// Its nodes: the three first masters, then the replicas.
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
-    /// Starts three nodes and joins them.
+    /// Starts three masters and joins them.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(true)).collect();
+        Self::start_with(0, None)
+    }
+
+    /// Starts three masters and `replicas` replicas of each, on TLS with
+    /// the ACL user when `tls` is given. With replicas, a master that stops
+    /// answering for 1 s is failed over (`cluster-node-timeout 1000`).
+    pub fn start_with(replicas: usize, tls: Option<Arc<Tls>>) -> Self {
+        let node_timeout_ms = if replicas > 0 { 1_000 } else { 5_000 };
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
+            .map(|_| RedisServer::start_with(true, node_timeout_ms, tls.clone()))
+            .collect();
         let addresses: Vec<String> = nodes
             .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
+            .map(|n| format!("127.0.0.1:{}", n.tls_port.unwrap_or(n.port)))
             .collect();
-        let output = Command::new("redis-cli")
+        let mut command = Command::new("redis-cli");
+        if let Some(tls) = &tls {
+            command
+                .arg("--tls")
+                .arg("--cacert")
+                .arg(tls.ca_file())
+                .args([
+                    "--user",
+                    TLS_USER,
+                    "--pass",
+                    TLS_PASSWORD,
+                    "--no-auth-warning",
+                ]);
+        }
+        let output = command
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli is installed");
         assert!(
             output.status.success(),
-            "cluster create: {}",
-            String::from_utf8_lossy(&output.stdout)
+            "cluster create: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
         );
         let cluster = RedisCluster { nodes };
-        let until = Instant::now() + Duration::from_secs(20);
-        while !cluster.nodes.iter().all(|node| {
-            node.command::<String>(&["CLUSTER", "INFO"])
-                .contains("cluster_state:ok")
-        }) {
-            assert!(Instant::now() < until, "the cluster never became ok");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        cluster.wait_ok(Duration::from_secs(20));
         cluster
     }
 
-    /// Every node's URL.
+    /// Waits until every running node says `cluster_state:ok` (and, with
+    /// replicas, every replica has synced).
+    pub fn wait_ok(&self, within: Duration) {
+        let until = Instant::now() + within;
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|node| {
+                let info: Option<String> = node.try_command(&["CLUSTER", "INFO"]);
+                let replication: Option<String> = node.try_command(&["INFO", "replication"]);
+                info.is_some_and(|info| info.contains("cluster_state:ok"))
+                    && replication.is_some_and(|r| {
+                        r.contains("role:master") || r.contains("master_link_status:up")
+                    })
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < until, "the cluster never became ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every node's URL (the plain ports; the TLS ones: [`Self::tls_urls`]).
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// Every node's `rediss://` URL with the ACL user.
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::tls_url).collect()
+    }
+
+    /// The node serving `key`'s slot as master now (an index into `nodes`).
+    pub fn master_of(&self, key: &str) -> usize {
+        self.try_master_of(key)
+            .unwrap_or_else(|| panic!("no master owns the slot of {key}"))
+    }
+
+    /// As [`Self::master_of`], `None` while no running master claims it.
+    pub fn try_master_of(&self, key: &str) -> Option<usize> {
+        let slot: i64 = self
+            .nodes
+            .iter()
+            .find_map(|n| n.try_command(&["CLUSTER", "KEYSLOT", key]))?;
+        self.nodes.iter().position(|node| {
+            node.child.is_some()
+                && node
+                    .try_command::<String>(&["INFO", "replication"])
+                    .is_some_and(|r| r.contains("role:master"))
+                && node
+                    .try_command::<String>(&["CLUSTER", "NODES"])
+                    .is_some_and(|nodes| owns(&nodes, slot))
+        })
+    }
+
+    /// Kills node `index` (SIGKILL).
+    pub fn kill(&mut self, index: usize) {
+        self.nodes[index].kill();
+    }
+
     /// Round trips on all nodes.
     pub fn round_trips(&self) -> u64 {
-        self.nodes.iter().map(RedisServer::round_trips).sum()
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .map(RedisServer::round_trips)
+            .sum()
     }
+}
+
+/// Whether the `myself` line of `CLUSTER NODES` lists `slot` among its ranges.
+fn owns(nodes: &str, slot: i64) -> bool {
+    nodes
+        .lines()
+        .find(|line| line.split(' ').nth(2).is_some_and(|f| f.contains("myself")))
+        .is_some_and(|line| {
+            line.split(' ').skip(8).any(|range| {
+                let (low, high) = range.split_once('-').unwrap_or((range, range));
+                matches!((low.parse::<i64>(), high.parse::<i64>()), (Ok(l), Ok(h)) if l <= slot && slot <= h)
+            })
+        })
+}
+
+/// A free port for a Cluster node: its bus listens 10,000 ports higher, so
+/// the port must be at most 55,535 (redis-server refuses to start otherwise)
+/// and that one free too.
+fn free_cluster_port() -> u16 {
+    const BUS_OFFSET: u16 = 10_000;
+    for _ in 0..200 {
+        let port = free_port();
+        if let Some(bus) = port.checked_add(BUS_OFFSET)
+            && std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok()
+        {
+            return port;
+        }
+    }
+    panic!("no free port with a free cluster bus port");
 }

@@ -7,10 +7,11 @@
 //! Well-behaved answers keep the connection alive; faults end it.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -134,7 +135,8 @@ impl Seen {
 
 type Script = dyn Fn(&Seen) -> Fault + Send + Sync;
 
-struct Shared {
+/// What the accept loop and every connection see.
+struct State {
     script: Box<Script>,
     seen: Mutex<Vec<Seen>>,
     /// Keep at most this many records (a soak sends millions).
@@ -148,7 +150,7 @@ struct Shared {
 /// The misbehaving upstream, on 127.0.0.1 (a free port); stops when dropped.
 pub struct Upstream {
     addr: SocketAddr,
-    shared: Arc<Shared>,
+    state: Arc<State>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -170,7 +172,7 @@ impl Upstream {
     ) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let shared = Arc::new(Shared {
+        let state = Arc::new(State {
             script: Box::new(script),
             seen: Mutex::new(Vec::new()),
             keep,
@@ -179,8 +181,8 @@ impl Upstream {
             open: AtomicUsize::new(0),
             started: Instant::now(),
         });
-        let task = tokio::spawn(accept(listener, shared.clone()));
-        Upstream { addr, shared, task }
+        let task = tokio::spawn(accept(listener, state.clone()));
+        Upstream { addr, state, task }
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -190,22 +192,22 @@ impl Upstream {
 
     /// The requests read so far (at most the first `keep`).
     pub fn seen(&self) -> Vec<Seen> {
-        self.shared.seen.lock().unwrap().clone()
+        self.state.seen.lock().clone()
     }
 
     /// How many requests were read.
     pub fn requests(&self) -> u64 {
-        self.shared.requests.load(Ordering::SeqCst)
+        self.state.requests.load(Ordering::SeqCst)
     }
 
     /// How many connections were accepted.
     pub fn connections(&self) -> u64 {
-        self.shared.connections.load(Ordering::SeqCst)
+        self.state.connections.load(Ordering::SeqCst)
     }
 
     /// Connections open now (the client has not closed them).
     pub fn open_connections(&self) -> usize {
-        self.shared.open.load(Ordering::SeqCst)
+        self.state.open.load(Ordering::SeqCst)
     }
 }
 
@@ -215,19 +217,19 @@ impl Drop for Upstream {
     }
 }
 
-async fn accept(listener: TcpListener, shared: Arc<Shared>) {
+async fn accept(listener: TcpListener, state: Arc<State>) {
     // The connections die with the accept task (dropping a JoinSet aborts them).
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let id = shared.connections.fetch_add(1, Ordering::SeqCst);
-                let shared = shared.clone();
-                shared.open.fetch_add(1, Ordering::SeqCst);
+                let id = state.connections.fetch_add(1, Ordering::SeqCst);
+                let state = state.clone();
+                state.open.fetch_add(1, Ordering::SeqCst);
                 connections.spawn(async move {
-                    let _open = OpenGuard(shared.clone());
-                    serve(stream, id, &shared).await;
+                    let _open = OpenGuard(state.clone());
+                    serve(stream, id, &state).await;
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -235,7 +237,7 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-struct OpenGuard(Arc<Shared>);
+struct OpenGuard(Arc<State>);
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
@@ -243,19 +245,19 @@ impl Drop for OpenGuard {
     }
 }
 
-/// One connection: requests in turn until a fault ends it or the client leaves.
-async fn serve(mut stream: TcpStream, id: u64, shared: &Shared) {
+/// One connection: requests one after another until a fault ends it or the client leaves.
+async fn serve(mut stream: TcpStream, id: u64, state: &State) {
     let _ = stream.set_nodelay(true);
     let mut buffer = Vec::new();
     loop {
-        let Some(seen) = read_request(&mut stream, &mut buffer, id, shared).await else {
+        let Some(seen) = read_request(&mut stream, &mut buffer, id, state).await else {
             return;
         };
-        let fault = (shared.script)(&seen);
-        shared.requests.fetch_add(1, Ordering::SeqCst);
+        let fault = (state.script)(&seen);
+        state.requests.fetch_add(1, Ordering::SeqCst);
         {
-            let mut records = shared.seen.lock().unwrap();
-            if records.len() < shared.keep {
+            let mut records = state.seen.lock();
+            if records.len() < state.keep {
                 records.push(seen.clone());
             }
         }
@@ -270,7 +272,7 @@ async fn read_request(
     stream: &mut TcpStream,
     buffer: &mut Vec<u8>,
     id: u64,
-    shared: &Shared,
+    state: &State,
 ) -> Option<Seen> {
     let end = loop {
         if let Some(at) = find(buffer, b"\r\n\r\n") {
@@ -311,7 +313,7 @@ async fn read_request(
     }
     buffer.drain(..length);
     Some(Seen {
-        at: shared.started.elapsed(),
+        at: state.started.elapsed(),
         method,
         target,
         headers,

@@ -2,11 +2,12 @@
 
 use std::future::Future;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, Method};
+use parking_lot::Mutex;
 use sluice::{Executor, Payload, Request, TransportError};
 
 /// An error from the stack below sluice.
@@ -79,7 +80,7 @@ impl Executor for Dispatch {
                 Ok(response) => Ok(response),
                 Err(failed) => {
                     let message = failed.error.to_string();
-                    *lock(&call.failure) = Some(failed.error);
+                    *call.failure.lock() = Some(failed.error);
                     Err(if failed.not_sent {
                         TransportError::connect(message)
                     } else {
@@ -114,12 +115,6 @@ pub(crate) fn read_key(method: &Method, uri: &str, headers: &HeaderMap, body: &[
         body.len(),
         hasher.finish()
     )
-}
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! [`Sluice`]: one gate for every HTTP stack built on it, and the [`Turn`] tag that lets requests share a turn.
+//! [`Sluice`]: one gate for every HTTP stack built on it.
 
 use std::sync::Arc;
 
@@ -6,6 +6,7 @@ use sluice::{Gate, GateConfig, Observer};
 
 use crate::call::Dispatch;
 use crate::layer::SluiceLayer;
+use crate::turn::Turn;
 
 /// A gate for HTTP requests. Cheap to clone; clones, and every layer and
 /// middleware made from it, share one set of limits.
@@ -74,7 +75,7 @@ impl Sluice {
     /// single-flight and a read cache. Requests without one are each a
     /// turn of their own.
     pub fn turn(&self) -> Turn {
-        Turn(self.gate.turn())
+        Turn::new(self.gate.turn())
     }
 
     /// The gate, for status and in-flight counts.
@@ -108,19 +109,5 @@ impl SluiceBuilder {
         Ok(Sluice {
             gate: builder.build()?,
         })
-    }
-}
-
-/// The calls of one model step. Put a clone in each request's extensions
-/// (`request.extensions_mut().insert(turn.clone())`, or reqwest-middleware's
-/// `with_extension`) and identical reads among them send one request, and
-/// a repeat within the cache's TTL none.
-#[derive(Debug, Clone)]
-pub struct Turn(pub(crate) sluice::Turn<Dispatch>);
-
-impl Turn {
-    /// Upstream requests this turn has caused so far.
-    pub fn upstream_requests(&self) -> u32 {
-        self.0.upstream_requests()
     }
 }

@@ -90,19 +90,55 @@ mod layer;
 mod reqwest;
 mod service;
 mod target;
+mod turn;
 
 pub use crate::call::{BoxError, Dispatch, HttpCall};
 pub use crate::error::{Deferred, Failed, SluiceError};
-pub use crate::gate::{Sluice, SluiceBuilder, Turn};
+pub use crate::gate::{Sluice, SluiceBuilder};
 pub use crate::layer::SluiceLayer;
 #[cfg(feature = "reqwest")]
 pub use crate::reqwest::SluiceMiddleware;
 pub use crate::service::SluiceService;
 pub use crate::target::Target;
+pub use crate::turn::Turn;
 
-/// The README's Rust examples, compiled and run as doctests so it stays
-/// true: here, where every crate they use is a dependency (the reqwest
-/// example needs the `reqwest` feature; the test command enables it).
+/// The Rust examples of the README and the manuals in `docs/`, compiled and
+/// run as doctests so they stay true: here, where every crate they use is a
+/// dependency (the reqwest examples need the `reqwest` feature, which the
+/// test command enables; the Redis one, the dev-dependency `sluice-redis`).
+/// One item per file, so that a failure names its file.
 #[cfg(all(doctest, feature = "reqwest"))]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
+pub mod guides {
+    #[doc = include_str!("../../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../../docs/adaptive-limits.md")]
+    pub struct AdaptiveLimits;
+    #[doc = include_str!("../../../docs/cli.md")]
+    pub struct Cli;
+    #[doc = include_str!("../../../docs/configuration.md")]
+    pub struct Configuration;
+    #[doc = include_str!("../../../docs/design-notes.md")]
+    pub struct DesignNotes;
+    #[doc = include_str!("../../../docs/development.md")]
+    pub struct Development;
+    #[doc = include_str!("../../../docs/fake-api.md")]
+    pub struct FakeApi;
+    #[doc = include_str!("../../../docs/mcp.md")]
+    pub struct Mcp;
+    #[doc = include_str!("../../../docs/outcomes.md")]
+    pub struct Outcomes;
+    #[doc = include_str!("../../../docs/PERFORMANCE.md")]
+    pub struct Performance;
+    #[doc = include_str!("../../../docs/RELIABILITY.md")]
+    pub struct Reliability;
+    #[doc = include_str!("../../../docs/rust.md")]
+    pub struct Rust;
+    #[doc = include_str!("../../../docs/shared-budgets.md")]
+    pub struct SharedBudgets;
+    #[doc = include_str!("../../../docs/shared-limiter.md")]
+    pub struct SharedLimiter;
+    #[doc = include_str!("../../../docs/sidecar.md")]
+    pub struct Sidecar;
+    #[doc = include_str!("../../../docs/signals.md")]
+    pub struct Signals;
+}

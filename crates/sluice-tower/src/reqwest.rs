@@ -11,19 +11,21 @@
 //! anything before it still sees every request and every answer, and
 //! retry middleware must not be used at all, since the gate retries.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::Extensions;
+use parking_lot::Mutex;
 use reqwest::ResponseBuilderExt;
 use reqwest_middleware::{Middleware, Next};
 use sluice::Gate;
 
-use crate::call::{Attempt, AttemptError, Dispatch, HttpCall, lock, read_key};
+use crate::call::{Attempt, AttemptError, Dispatch, HttpCall, read_key};
 use crate::error::{SluiceError, finish};
-use crate::gate::{Sluice, Turn};
+use crate::gate::Sluice;
 use crate::target::Target;
+use crate::turn::Turn;
 
 /// A [`reqwest_middleware::Middleware`] that sends every request it
 /// classifies through a sluice gate.
@@ -78,10 +80,7 @@ where
         let Some(target) = (self.classify)(&request) else {
             return next.run(request, extensions).await;
         };
-        let turn = match extensions.get::<Turn>() {
-            Some(turn) => turn.0.clone(),
-            None => self.gate.turn(),
-        };
+        let turn = Turn::of(extensions, &self.gate);
         let body = request
             .body()
             .and_then(reqwest::Body::as_bytes)
@@ -100,7 +99,7 @@ where
             },
         );
         let completion = turn.complete(target.into_call(payload)).await;
-        let failure = lock(&failure).take();
+        let failure = failure.lock().take();
         match finish(completion, failure) {
             Ok(response) => Ok(reqwest::Response::from(response)),
             Err(SluiceError::Failed(failed)) => match failed.source {
@@ -133,7 +132,7 @@ struct ClientAttempt {
 impl Attempt for ClientAttempt {
     fn send(&self) -> BoxFuture<'static, Result<http::Response<Bytes>, AttemptError>> {
         let request = {
-            let mut slot = lock(&self.request);
+            let mut slot = self.request.lock();
             match slot.as_ref().and_then(reqwest::Request::try_clone) {
                 Some(copy) => Some(copy),
                 None => slot.take(),

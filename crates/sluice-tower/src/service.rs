@@ -1,18 +1,19 @@
 //! The tower [`Service`]: each request classified, gated, sent through a clone of the inner service, and answered as is or with the outcome.
 
 use std::future::poll_fn;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
 use sluice::Gate;
 use tower_service::Service;
 
-use crate::call::{Attempt, AttemptError, BoxError, Dispatch, HttpCall, lock, read_key};
+use crate::call::{Attempt, AttemptError, BoxError, Dispatch, HttpCall, read_key};
 use crate::error::{Failed, SluiceError, finish};
-use crate::gate::Turn;
 use crate::target::Target;
+use crate::turn::Turn;
 
 /// An HTTP client service behind a sluice gate; see [`crate::SluiceLayer`].
 ///
@@ -90,10 +91,7 @@ where
                         }))
                     });
             };
-            let turn = match request.extensions().get::<Turn>() {
-                Some(turn) => turn.0.clone(),
-                None => gate.turn(),
-            };
+            let turn = Turn::of(request.extensions(), &gate);
             let uri = request.uri().to_string();
             let key = read_key(request.method(), &uri, request.headers(), request.body());
             let (payload, failure) = HttpCall::new(
@@ -104,7 +102,7 @@ where
                 },
             );
             let completion = turn.complete(target.into_call(payload)).await;
-            let failure = lock(&failure).take();
+            let failure = failure.lock().take();
             finish(completion, failure)
         })
     }
@@ -147,7 +145,7 @@ where
     S::Future: Send + 'static,
 {
     fn send(&self) -> BoxFuture<'static, Result<http::Response<Bytes>, AttemptError>> {
-        let service = lock(&self.service).clone();
+        let service = self.service.lock().clone();
         Box::pin(Self::send_once(service, self.request.clone()))
     }
 }

@@ -342,3 +342,42 @@ async fn failures_below_are_retried_for_reads_only_and_handed_back() {
         "a write that may have been sent is not"
     );
 }
+
+/// Issue 15: the layer reads bodies through the engine (the `Bytes` the
+/// response holds, no copy): a Google 429 whose wait is only in its body,
+/// and a GraphQL throttle in a 200 on a credential marked GraphQL, are each
+/// retried after the stated wait, and the caller sees the 200.
+#[tokio::test(start_paused = true)]
+async fn body_signals_pace_the_retry() {
+    use sluice::signal::BodySignals;
+    use sluice_fake::{BodyStyle, HeaderStyle};
+    for (style, mode) in [
+        (BodyStyle::GoogleRetryInfo, BodySignals::Errors),
+        (BodyStyle::GraphqlThrottled, BodySignals::Graphql),
+    ] {
+        let api = FakeApi::new(
+            Config::new(Limits::new(1, Duration::from_millis(500)))
+                .with_headers(HeaderStyle::None)
+                .with_bodies(style),
+        )
+        .unwrap();
+        let config =
+            GateConfig::default().credential("api", CredentialConfig::default().body_signals(mode));
+        let sluice = Sluice::builder(config).seed(1).build().unwrap();
+        let client = stack(&sluice, &api);
+        for n in 0..2 {
+            let response = client
+                .clone()
+                .oneshot(request(Method::POST, &format!("/w/{n}")))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{style:?}");
+        }
+        let records = api.requests();
+        assert_eq!(records.len(), 3, "{style:?}: {records:?}");
+        assert!(
+            records[2].t_ms >= records[0].t_ms + 500.0,
+            "{style:?} retried early: {records:?}"
+        );
+    }
+}

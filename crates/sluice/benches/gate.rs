@@ -1,6 +1,8 @@
 //! The cost of the pipeline itself: a whole gate call that does not wait,
-//! with an executor that answers at once; and lookups among 100,000 keyed
-//! scopes, with the memory an idle scope takes.
+//! with an executor that answers at once; reading a 200 with a small JSON
+//! body for signals (issue 15: the fast path leaves such a body alone); and
+//! lookups among 1,000,000 keyed scopes, with the resident memory an idle
+//! scope takes (the bytes it allocates are counted by the `memory` bench).
 //!
 //! `cargo bench -p sluice --bench gate`
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -13,7 +15,16 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use sluice::{Call, CredentialConfig, Gate, GateConfig, Route, ToolConfig, executor_fn};
 
-const SCOPES: usize = 100_000;
+const SCOPES: usize = 1_000_000;
+
+/// `SLUICE_BENCH_SCOPES` shrinks the keyed scopes, for a profile under
+/// valgrind of the other cases (their figures are unchanged by it).
+fn scopes() -> usize {
+    std::env::var("SLUICE_BENCH_SCOPES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(SCOPES)
+}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -78,6 +89,84 @@ fn gate_call(c: &mut Criterion) {
     group.finish();
 }
 
+/// A 200 with a small JSON body, as most API answers are.
+const SMALL_JSON: &[u8] = br#"{"id":42,"name":"octocat","items":[1,2,3],"next":null}"#;
+
+fn json_ok() -> impl sluice::Executor<Payload = serde_json::Value> {
+    executor_fn(|_request| async {
+        let mut response = http::Response::new(Bytes::from_static(SMALL_JSON));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        Ok(response)
+    })
+}
+
+/// Issue 15's fast path: for a 200 with a small JSON body, reading signals
+/// with the body reader costs what reading the headers alone did, unless the
+/// credential is marked GraphQL (then the body is parsed, on purpose).
+fn body_signals(c: &mut Criterion) {
+    use sluice::signal::{self, BodySignals};
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        http::header::DATE,
+        http::HeaderValue::from_static("Tue, 05 Mar 2024 14:00:00 GMT"),
+    );
+    let status = http::StatusCode::OK;
+    let now = std::time::SystemTime::now();
+    let read = |mode: BodySignals| {
+        let body: &[u8] = if signal::wants_body(status, &headers, mode) {
+            SMALL_JSON
+        } else {
+            &[]
+        };
+        signal::read_with_body(status, &headers, body, now)
+    };
+    let mut group = c.benchmark_group("signals of a 200 with a small JSON body");
+    group.bench_function("headers only (the reader before body signals)", |b| {
+        b.iter(|| black_box(signal::read(status, black_box(&headers), now)))
+    });
+    group.bench_function("with the body reader (body_signals = errors)", |b| {
+        b.iter(|| black_box(read(black_box(BodySignals::Errors))))
+    });
+    group.bench_function("with the body reader (body_signals = graphql)", |b| {
+        b.iter(|| black_box(read(black_box(BodySignals::Graphql))))
+    });
+    group.finish();
+
+    let rt = runtime();
+    let make = |mode: BodySignals| {
+        let config = GateConfig::default()
+            .credential("k", roomy().body_signals(mode))
+            .tool("write", ToolConfig::write("k"));
+        rt.block_on(async { Gate::builder(config, json_ok()).seed(1).build().unwrap() })
+    };
+    let mut group = c.benchmark_group("gate call, a 200 with a small JSON body");
+    for (name, mode) in [
+        ("write (body_signals = errors)", BodySignals::Errors),
+        ("write (body_signals = graphql)", BodySignals::Graphql),
+    ] {
+        let gate = make(mode);
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        black_box(gate.call(Call::new("write", json!({"id": 1}))).await);
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
 /// Resident memory of this process, in bytes (Linux).
 fn rss() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
@@ -97,21 +186,22 @@ fn routed(credential: usize) -> Call {
 
 fn keyed_scopes(c: &mut Criterion) {
     let rt = runtime();
-    let config = (0..SCOPES).fold(GateConfig::default(), |config, i| {
+    let scopes = scopes();
+    let config = (0..scopes).fold(GateConfig::default(), |config, i| {
         config.credential(&format!("k{i}"), roomy())
     });
     let gate = rt.block_on(async { Gate::builder(config, no_op()).seed(1).build().unwrap() });
     let before = rss();
     // Touch every credential once: its scope is created on first use.
     rt.block_on(async {
-        for i in 0..SCOPES {
+        for i in 0..scopes {
             black_box(gate.call(routed(i)).await);
         }
     });
     if let (Some(before), Some(after)) = (before, rss()) {
-        let per_scope = after.saturating_sub(before) / SCOPES as u64;
+        let per_scope = after.saturating_sub(before) / scopes as u64;
         println!(
-            "memory per idle scope: {per_scope} bytes ({SCOPES} scopes, RSS {before} -> {after})"
+            "memory per idle scope: {per_scope} bytes ({scopes} scopes, RSS {before} -> {after})"
         );
     }
     let one = rt.block_on(async {
@@ -121,12 +211,12 @@ fn keyed_scopes(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed scopes");
     group.measurement_time(Duration::from_secs(4));
     let mut i = 0usize;
-    group.bench_function("call on one of 100,000 credentials", |b| {
+    group.bench_function("call on one of 1,000,000 idle credentials", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    i = (i + 7_919) % SCOPES;
+                    i = (i + 7_919) % scopes;
                     black_box(gate.call(routed(i)).await);
                 }
                 start.elapsed()
@@ -147,5 +237,5 @@ fn keyed_scopes(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, gate_call, keyed_scopes);
+criterion_group!(benches, gate_call, body_signals, keyed_scopes);
 criterion_main!(benches);

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
+use sluice::clock::{Clock, TscClock};
 use sluice::limiter::{LimiterCell, micros};
 
 /// A cell behind a lock, with the clock read each time: what a scope does.
@@ -37,16 +38,43 @@ impl Cell {
     }
 }
 
-fn sliding() -> Cell {
+/// What a scope does in a production build: the engine's clock
+/// (`sluice::clock::TscClock`, microseconds from the engine's origin on the
+/// counter itself) and the scope's `parking_lot` lock.
+struct EngineCell {
+    origin: u64,
+    cell: parking_lot::Mutex<LimiterCell>,
+}
+
+impl EngineCell {
+    fn new(cell: LimiterCell) -> Self {
+        EngineCell {
+            origin: TscClock::origin(),
+            cell: parking_lot::Mutex::new(cell),
+        }
+    }
+
+    fn reserve(&self) -> bool {
+        let now = TscClock::micros_since(self.origin);
+        self.cell.lock().reserve(now, now, 0).is_ok()
+    }
+}
+
+fn sliding_cell() -> LimiterCell {
     // A million per millisecond: never full, the log stays short.
-    Cell::new(LimiterCell::new("1000000/1ms".parse().unwrap(), None))
+    LimiterCell::new("1000000/1ms".parse().unwrap(), None)
+}
+
+fn gcra_cell() -> LimiterCell {
+    LimiterCell::new("1000000000/1s".parse().unwrap(), NonZeroU32::new(1_000_000))
+}
+
+fn sliding() -> Cell {
+    Cell::new(sliding_cell())
 }
 
 fn gcra() -> Cell {
-    Cell::new(LimiterCell::new(
-        "1000000000/1s".parse().unwrap(),
-        NonZeroU32::new(1_000_000),
-    ))
+    Cell::new(gcra_cell())
 }
 
 fn governor_limiter() -> governor::DefaultDirectRateLimiter {
@@ -81,6 +109,14 @@ fn reservation(c: &mut Criterion) {
     });
     let cell = gcra();
     group.bench_function("sluice gcra", |b| b.iter(|| black_box(cell.reserve())));
+    let cell = EngineCell::new(gcra_cell());
+    group.bench_function("sluice gcra, engine clock", |b| {
+        b.iter(|| black_box(cell.reserve()))
+    });
+    let cell = EngineCell::new(sliding_cell());
+    group.bench_function("sluice sliding window, engine clock", |b| {
+        b.iter(|| black_box(cell.reserve()))
+    });
     let limiter = governor_limiter();
     group.bench_function("governor check", |b| {
         b.iter(|| black_box(limiter.check().is_ok()))
@@ -100,6 +136,18 @@ fn reservation(c: &mut Criterion) {
     let origin = Instant::now();
     group.bench_function("clock read", |b| {
         b.iter(|| black_box(micros(origin.elapsed())))
+    });
+    let tsc_origin = TscClock::origin();
+    group.bench_function("engine clock read (TSC)", |b| {
+        b.iter(|| black_box(TscClock::micros_since(tsc_origin)))
+    });
+    let tsc_instant = TscClock::now();
+    group.bench_function("engine clock read (TSC), as an instant", |b| {
+        b.iter(|| {
+            black_box(micros(
+                TscClock::now().saturating_duration_since(tsc_instant),
+            ))
+        })
     });
     let lock = Mutex::new(0u64);
     group.bench_function("uncontended lock", |b| {

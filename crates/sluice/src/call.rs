@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::config::{Priority, Spend};
 use crate::outcome::Outcome;
 
 /// One tool call: tool + payload (JSON arguments by default) + optional deadline.
@@ -20,6 +21,8 @@ pub struct Call<P = serde_json::Value> {
     pub(crate) payload: Arc<P>,
     pub(crate) deadline: Option<Duration>,
     pub(crate) route: Option<Arc<Route>>,
+    pub(crate) priority: Option<Priority>,
+    pub(crate) spend: Option<Arc<Spend>>,
 }
 
 impl<P> Clone for Call<P> {
@@ -29,6 +32,8 @@ impl<P> Clone for Call<P> {
             payload: self.payload.clone(),
             deadline: self.deadline,
             route: self.route.clone(),
+            priority: self.priority,
+            spend: self.spend.clone(),
         }
     }
 }
@@ -48,6 +53,14 @@ pub struct Route {
     pub deadline: Option<Duration>,
 }
 
+impl Route {
+    /// May the call go again after a failure that may have reached the
+    /// server? Reads may; writes only when marked idempotent.
+    pub fn retry_safe(&self) -> bool {
+        self.read || self.idempotent
+    }
+}
+
 impl Call<serde_json::Value> {
     /// A call of `tool` with JSON arguments.
     pub fn new(tool: &str, args: serde_json::Value) -> Self {
@@ -63,6 +76,8 @@ impl<P> Call<P> {
             payload: Arc::new(payload),
             deadline: None,
             route: None,
+            priority: None,
+            spend: None,
         }
     }
 
@@ -78,6 +93,20 @@ impl<P> Call<P> {
     /// Sets this call's deadline, overriding its tool's.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// Sets this call's priority, overriding its tool's.
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// What a routed call spends besides its request (its group, costs,
+    /// settles and default priority); a configured tool's own are used
+    /// otherwise.
+    pub fn spend(mut self, spend: Spend) -> Self {
+        self.spend = Some(Arc::new(spend));
         self
     }
 
@@ -102,8 +131,9 @@ pub struct Completion {
     pub outcome: Outcome,
     /// The last upstream response, for `ok` and for upstream `error`s.
     pub response: Option<Arc<http::Response<Bytes>>>,
-    /// True when this came from another call in the turn (joined or cached).
-    pub shared: bool,
+    /// True when another call in the turn answered it: this one joined it
+    /// in flight, or was answered from the turn's read cache.
+    pub coalesced: bool,
 }
 
 impl From<Outcome> for Completion {
@@ -111,7 +141,7 @@ impl From<Outcome> for Completion {
         Completion {
             outcome,
             response: None,
-            shared: false,
+            coalesced: false,
         }
     }
 }

@@ -1,14 +1,15 @@
 //! Single-flight and the turn's read cache: identical reads in one turn send one request.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::call::Completion;
+use crate::hash::FastMap;
 
 /// A read's identity within a turn: (tool, canonical payload key).
 pub(crate) type FlightKey = (Arc<str>, String);
@@ -43,74 +44,80 @@ pub(crate) struct Flights {
 
 #[derive(Debug)]
 struct Table {
-    flights: HashMap<FlightKey, Arc<Flight>>,
-    /// When stale flights were last dropped.
-    swept: Instant,
+    flights: FastMap<FlightKey, Arc<Flight>>,
+    /// When stale flights were last dropped (the first read's time until
+    /// then: a turn made for one write never reads the clock for it).
+    swept: Option<Instant>,
 }
 
 impl Flights {
     pub(crate) fn new(ttl: Duration) -> Self {
         Flights {
             table: Mutex::new(Table {
-                flights: HashMap::new(),
-                swept: Instant::now(),
+                flights: FastMap::default(),
+                swept: None,
             }),
             ttl,
         }
     }
 
     /// Runs `work` for `key` unless an identical read is in flight (join it)
-    /// or answered `ok` within the TTL (reuse it). If the call running the
-    /// work is cancelled, a joined call takes over and runs its own.
-    pub(crate) async fn run<F, Fut>(&self, key: FlightKey, work: F) -> Completion
+    /// or answered `ok` within the TTL (reuse it), at `now` (the call's
+    /// reading of the clock). If the call running the work is cancelled, a
+    /// joined call takes over and runs its own. `work` is given the time it
+    /// starts at: `now` for a new flight, a new reading for a call that
+    /// waited on another's.
+    pub(crate) async fn run<F, Fut>(&self, key: FlightKey, now: Instant, work: F) -> Completion
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(Instant) -> Fut,
         Fut: Future<Output = Completion>,
     {
-        let now = Instant::now();
         let flight = {
-            let mut table = self
-                .table
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut table = self.table.lock();
             // Also once per TTL, however few: a turn used for a long time
             // (one `turn_id` for a whole session) would otherwise keep up to
             // SWEEP_ABOVE stale answers, whole responses included, forever;
             // found by the sidecar soak (crates/sluice-testkit/src/soak.rs).
-            if table.flights.len() > SWEEP_ABOVE
-                || now.saturating_duration_since(table.swept) >= self.ttl
+            let swept = *table.swept.get_or_insert(now);
+            if table.flights.len() > SWEEP_ABOVE || now.saturating_duration_since(swept) >= self.ttl
             {
                 table
                     .flights
                     .retain(|_, flight| flight.is_live(now, self.ttl));
-                table.swept = now;
+                table.swept = Some(now);
             }
             let flights = &mut table.flights;
             match flights.get(&key) {
-                Some(flight) if flight.is_live(now, self.ttl) => flight.clone(),
+                Some(flight) if flight.is_live(now, self.ttl) => (flight.clone(), false),
                 _ => {
                     let flight = Arc::new(Flight::default());
                     flights.insert(key, flight.clone());
-                    flight
+                    (flight, true)
                 }
             }
         };
+        let (flight, created) = flight;
         let mut led = false;
         let (completion, _) = flight
             .result
             .get_or_init(|| {
                 led = true;
-                async { (work().await, Instant::now()) }
+                // A flight this call created starts at once; one it takes
+                // over from a cancelled call has waited for it.
+                let at = if created { now } else { crate::clock::now() };
+                async move { (work(at).await, crate::clock::now()) }
             })
             .await;
         let mut completion = completion.clone();
-        completion.shared = !led;
+        completion.coalesced = !led;
         completion
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use futures_util::FutureExt;
+
     use super::*;
     use crate::outcome::Outcome;
 
@@ -123,7 +130,7 @@ mod tests {
     }
 
     fn len(flights: &Flights) -> usize {
-        flights.table.lock().map(|t| t.flights.len()).unwrap_or(0)
+        flights.table.lock().flights.len()
     }
 
     /// Regression (issue 10's soak): a turn used for a long time kept up to
@@ -133,13 +140,41 @@ mod tests {
         let flights = Flights::new(Duration::from_secs(1));
         for i in 0..10 {
             let key = (Arc::from("t"), format!("k{i}"));
-            flights.run(key, || async { ok() }).await;
+            flights.run(key, Instant::now(), |_| async { ok() }).await;
         }
         assert_eq!(len(&flights), 10, "answers are cached for the TTL");
         tokio::time::advance(Duration::from_millis(1_500)).await;
         flights
-            .run((Arc::from("t"), "fresh".to_owned()), || async { ok() })
+            .run(
+                (Arc::from("t"), "fresh".to_owned()),
+                Instant::now(),
+                |_| async { ok() },
+            )
             .await;
         assert_eq!(len(&flights), 1, "the stale ones are gone");
+    }
+
+    /// A call that joins a flight and takes it over when its leader is
+    /// cancelled has waited: its work starts at a new reading of the clock,
+    /// not at its entry (its reservation would be charged in the past).
+    #[tokio::test(start_paused = true)]
+    async fn a_call_taking_over_a_cancelled_flight_starts_at_a_new_reading() {
+        let flights = Flights::new(Duration::from_secs(60));
+        let key = || (Arc::from("t"), "k".to_owned());
+        let entry = Instant::now();
+        let mut leader = Box::pin(flights.run(key(), entry, |at| {
+            assert_eq!(at, entry, "a new flight starts at its call's reading");
+            std::future::pending()
+        }));
+        let mut joiner = Box::pin(flights.run(key(), entry, |at| async move {
+            assert_eq!(at - entry, Duration::from_secs(1));
+            ok()
+        }));
+        assert!((&mut leader).now_or_never().is_none());
+        assert!((&mut joiner).now_or_never().is_none());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(leader);
+        let completion = joiner.await;
+        assert!(completion.outcome.is_ok() && !completion.coalesced);
     }
 }

@@ -5,6 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::scope::Held;
 
 /// What a call carries to the executor. Its coalescing identity decides
 /// which reads in a turn are "the same call".
@@ -12,11 +15,22 @@ pub trait Payload: Send + Sync + 'static {
     /// A key equal for requests that are interchangeable, `None` to never
     /// coalesce. For tool arguments it is their canonical JSON.
     fn coalesce_key(&self) -> Option<String>;
+
+    /// The call's argument `name`, for a cost taken from an argument
+    /// (`cost = { tokens = "{max_tokens}" }`); `None` when there is none.
+    fn argument(&self, name: &str) -> Option<&serde_json::Value> {
+        let _ = name;
+        None
+    }
 }
 
 impl Payload for serde_json::Value {
     fn coalesce_key(&self) -> Option<String> {
         Some(crate::canonical::canonical_json(self))
+    }
+
+    fn argument(&self, name: &str) -> Option<&serde_json::Value> {
+        self.get(name)
     }
 }
 
@@ -60,6 +74,70 @@ pub trait Executor: Send + Sync + 'static {
         &self,
         request: Request<Self::Payload>,
     ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send;
+}
+
+/// Marks a response after which the call must not go again, whatever its
+/// status says: the executor knows the request may have acted (an MCP tool
+/// that reported its API's rate limit after doing part of its work), so
+/// only the engine's learning applies. The scope is still penalized by the
+/// response's signals, and a refusal still ends as `rate_limited`.
+///
+/// ```
+/// let mut response = http::Response::new(bytes::Bytes::new());
+/// response.extensions_mut().insert(sluice::NoRetry);
+/// assert!(response.extensions().get::<sluice::NoRetry>().is_some());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NoRetry;
+
+/// Marks a response whose body is still arriving when the executor returns
+/// its head: the executor carries the body to its caller beside the head
+/// (in the response's extensions), so the engine reads signals from the
+/// head while the body streams.
+///
+/// Such a request is still in flight upstream until its body ends, so the
+/// gate keeps the call's concurrency permit (`max_in_flight`) and counts the
+/// request in flight past the call's completion: it parks them here, and
+/// the code that reads the body takes them with [`Streaming::hold`] and
+/// drops the [`BodyHold`] when the body has ended or been abandoned. A
+/// marker nobody takes releases them when the last copy of the response is
+/// dropped. Only a call that nothing else shares is held this way: for a
+/// read that may be coalesced (its payload has a coalesce key), the permit
+/// is released at completion as for any buffered response, so mark only
+/// responses of payloads that never coalesce.
+///
+/// ```
+/// let marker = sluice::Streaming::new();
+/// let mut response = http::Response::new(bytes::Bytes::new());
+/// response.extensions_mut().insert(marker.clone());
+/// // Before the gate has parked anything, there is nothing to hold.
+/// assert!(marker.hold().is_none());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Streaming(Arc<Mutex<Option<Held>>>);
+
+/// A call's concurrency permit and in-flight count, held while its body
+/// streams; dropping it gives them back. See [`Streaming`].
+#[derive(Debug)]
+pub struct BodyHold {
+    _held: Held,
+}
+
+impl Streaming {
+    /// A marker with nothing parked yet.
+    pub fn new() -> Self {
+        Streaming::default()
+    }
+
+    /// Takes what the gate parked for this response, if anything; the
+    /// caller drops it when the body has ended.
+    pub fn hold(&self) -> Option<BodyHold> {
+        self.0.lock().take().map(|held| BodyHold { _held: held })
+    }
+
+    pub(crate) fn park(&self, held: Held) {
+        *self.0.lock() = Some(held);
+    }
 }
 
 /// An executor from an async closure over JSON-argument requests.

@@ -30,6 +30,33 @@
 //! (so `#[tokio::test(start_paused = true)]` drives it), and takes its
 //! randomness from an injected RNG.
 //!
+//! Every call has a [`Deadline`]: its length is bounded by
+//! [`Deadline::MAX_LEN`] (a week), as is every other duration the library
+//! takes, so no value makes a call panic. A longer one is refused where
+//! it is given: an `error` outcome for a call, a [`ConfigError`] naming
+//! the field for a configuration.
+//!
+//! # Where things live
+//!
+//! A call can be followed from the file tree:
+//!
+//! - `gate.rs`, `turn.rs` — the handles a harness holds, thin shells over
+//!   `engine/`: the state they share (`state.rs`: defaults, executor,
+//!   credentials, tools, scopes, RNG, clock, observer, shared budget;
+//!   `credential.rs`; `routing.rs`: a call's route, credential and scopes;
+//!   `turn_state.rs`: a turn's flights and request budget);
+//! - `pipeline/` — the call path, in order: `driver.rs` runs steps 1 to 9,
+//!   `holds.rs` is step 2, `reserve.rs` step 5 (with the one guard that
+//!   owns every refund), `learn.rs` step 7, `classify.rs` step 8's verdicts,
+//!   `shadow.rs` what shadow mode (`enforce = false`) records instead of acting;
+//! - `coalesce.rs` (step 1), [`scope`] (admission, concurrency and each
+//!   bucket's state), [`limiter`] (the pure bucket maths), [`signal`]
+//!   (reading the server), `retry.rs`, `outcome.rs`, `deadline.rs`;
+//! - `config/` — [`GateConfig`] as written (`model.rs`), checked
+//!   (`validate.rs`) and resolved per credential (`limits.rs`);
+//! - [`shared`] — the seam a budget shared across processes plugs into;
+//!   [`adapt`] — `rate = "auto"` and `max_in_flight = "auto"`.
+//!
 //! # Example
 //!
 //! ```
@@ -56,10 +83,14 @@
 pub mod adapt;
 mod call;
 mod canonical;
+pub mod clock;
 mod coalesce;
 mod config;
+mod deadline;
+mod engine;
 mod executor;
 mod gate;
+mod hash;
 pub mod limiter;
 mod observe;
 mod outcome;
@@ -72,10 +103,17 @@ pub mod signal;
 mod turn;
 
 pub use call::{Call, Completion, Route};
-pub use config::{ConfigError, CredentialConfig, Defaults, GateConfig, Reserve, ToolConfig};
-pub use executor::{Executor, FnExecutor, Payload, Request, TransportError, executor_fn};
+pub use config::{
+    ConfigError, Cost, CredentialConfig, Defaults, GateConfig, GroupConfig, Priority,
+    PriorityError, Reserve, Settle, Spend, ToolConfig, UnitConfig,
+};
+pub use deadline::{Deadline, DeadlineError};
+pub use executor::{
+    BodyHold, Executor, FnExecutor, NoRetry, Payload, Request, Streaming, TransportError,
+    executor_fn,
+};
 pub use gate::{Gate, GateBuilder};
-pub use observe::{Event, Observer, WaitKind};
+pub use observe::{Event, Observer, ShadowDecision, WaitKind};
 pub use outcome::{Outcome, Reason};
 pub use rate::{Rate, RateError};
 pub use retry::{Failure, RetryBudget, full_jitter};

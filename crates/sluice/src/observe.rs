@@ -16,8 +16,8 @@ pub enum Event<'a> {
         tool: &'a str,
         /// What it was told.
         outcome: &'a Outcome,
-        /// True when another call in the turn answered it.
-        shared: bool,
+        /// True when another call in the turn answered it (joined or cached).
+        coalesced: bool,
         /// From the call's start to its outcome.
         elapsed: Duration,
     },
@@ -61,6 +61,43 @@ pub enum Event<'a> {
         /// Until it resets.
         resets_in: Duration,
     },
+    /// Shadow mode (`enforce = false`): what sluice would have done to a
+    /// call it sent at once instead.
+    Shadow {
+        /// The call's credential.
+        credential: &'a str,
+        /// The scope the decision was made on.
+        scope: &'a str,
+        /// The call's tool.
+        tool: &'a str,
+        /// What enforcing would have done.
+        decision: ShadowDecision,
+        /// The wait it would have had (inline for `Wait`, the
+        /// `retry_after_ms` a deferral or a shed would have told).
+        wait: Duration,
+    },
+}
+
+/// What enforcing would have done to a call that shadow mode sent at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShadowDecision {
+    /// Waited inline (for a start slot, or in the admission queue).
+    Wait,
+    /// Deferred it: `rate_limited` or `quota_exhausted` without sending.
+    Defer,
+    /// Shed it: the admission queue was full.
+    Shed,
+}
+
+impl ShadowDecision {
+    /// Its label in metrics (`decision="wait"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShadowDecision::Wait => "wait",
+            ShadowDecision::Defer => "defer",
+            ShadowDecision::Shed => "shed",
+        }
+    }
 }
 
 /// Why a call waited.

@@ -36,6 +36,10 @@ pub enum Outcome {
         reason: Reason,
         /// How long to wait before re-issuing it.
         retry_after_ms: u64,
+        /// The window that deferred it, as configured (`"30/1m"`, or
+        /// `"900 points/1m"` for a unit), when one of sluice's own did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<String>,
         /// One sentence the model can act on.
         hint: String,
     },
@@ -78,6 +82,9 @@ pub enum Reason {
     Budget,
     /// This turn has caused as many upstream requests as it may.
     TurnBudget,
+    /// Low-priority calls have used their share of a window
+    /// (`priorities.low`); higher-priority calls still go through.
+    Priority,
 }
 
 impl Reason {
@@ -88,6 +95,7 @@ impl Reason {
             Reason::Shed => "shed",
             Reason::Budget => "budget",
             Reason::TurnBudget => "turn_budget",
+            Reason::Priority => "priority",
         }
     }
 }
@@ -123,13 +131,26 @@ impl Outcome {
             (Reason::Throttled, _) => {
                 "Calls on this key are deferred; wait, then re-issue the same call.".to_owned()
             }
+            (Reason::Priority, _) => {
+                "Low-priority calls on this key have used their share for now; wait, then re-issue the same call.".to_owned()
+            }
         };
         Outcome::RateLimited {
             scope: scope.to_owned(),
             reason,
             retry_after_ms,
+            window: None,
             hint,
         }
+    }
+
+    /// Names the window that deferred a `rate_limited` outcome; any other
+    /// outcome is returned as is.
+    pub fn in_window(mut self, label: Option<String>) -> Self {
+        if let Outcome::RateLimited { window, .. } = &mut self {
+            *window = label;
+        }
+        self
     }
 
     /// A spent quota on `scope`, resetting in `retry_after`.

@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::Rate;
@@ -28,6 +28,29 @@ pub struct SharedLimit {
     pub burst: Option<NonZeroU32>,
 }
 
+/// One window of one budget a call spends (issue 14): a request window of
+/// a scope (the credential's or its group's), or a window of a unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedWindow {
+    /// The scope it belongs to.
+    pub scope: String,
+    /// The unit, for a unit's window; `None` for a request window.
+    pub unit: Option<String>,
+    /// Which of that budget's windows (0 for the first).
+    pub index: usize,
+    /// The window (with the window margin applied).
+    pub rate: Rate,
+    /// What the call spends here: 1 for requests, the estimate for a unit.
+    pub cost: u64,
+    /// The low-priority share of that window (`priorities.low`): only
+    /// low-priority calls spend it, besides the whole window; `rate` is
+    /// the share.
+    pub low: bool,
+    /// Set on a first window with `burst`: a GCRA bucket holding this
+    /// many at once, instead of a sliding window.
+    pub burst: Option<NonZeroU32>,
+}
+
 /// One call's request for a start slot.
 #[derive(Debug, Clone)]
 pub struct ReserveRequest<'a> {
@@ -37,6 +60,10 @@ pub struct ReserveRequest<'a> {
     pub scopes: &'a [&'a str],
     /// The first scope's limit, if it has one (reported scopes have none).
     pub limit: Option<SharedLimit>,
+    /// Empty for a call on one request window: `limit` says it all. Else
+    /// every window and unit budget the call spends, all or nothing at one
+    /// start (`limit` then repeats the first request window).
+    pub windows: &'a [SharedWindow],
     /// The start may not come earlier than this, from now.
     pub not_before: Duration,
     /// The start may not come later than this, from now.
@@ -101,6 +128,13 @@ pub trait SharedBudget: Send + Sync + 'static {
     /// [`Hold::Blocked`] (nothing starts before it ends, then the bucket
     /// refills from empty) or [`Hold::Quota`] (spent until then).
     fn block(&self, credential: &str, scope: &str, wait: Duration, hold: Hold);
+
+    /// The true-up of a sent call (issue 14): `grant`'s cost in `unit` was
+    /// `estimate` and is really `actual`, at the call's own start. Must not
+    /// wait on the network. A backend that charges no units ignores it.
+    fn settle(&self, credential: &str, grant: &Grant, unit: &str, estimate: u64, actual: u64) {
+        let _ = (credential, grant, unit, estimate, actual);
+    }
 }
 
 /// How long a grant can still be refunded.
@@ -120,6 +154,8 @@ struct Entry {
     limit: Option<SharedLimit>,
     quota_until: Micros,
     granted: HashMap<u64, crate::limiter::Reservation>,
+    /// For a unit's window: the unit (its true-up adjusts this entry).
+    unit: Option<String>,
 }
 
 impl Default for InMemoryBudget {
@@ -144,8 +180,8 @@ impl InMemoryBudget {
 
     fn decide(&self, request: &ReserveRequest<'_>) -> Decision {
         let now = self.now();
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let not_before = now + micros(request.not_before);
+        let mut state = self.state.lock();
+        let not_before = now.saturating_add(micros(request.not_before));
         let max_wait = micros(request.max_wait);
         // Spent quotas and blocks answer first; then one common start.
         for scope in request.scopes {
@@ -154,6 +190,9 @@ impl InMemoryBudget {
             {
                 return denied(scope, entry.quota_until - now, Hold::Quota);
             }
+        }
+        if !request.windows.is_empty() {
+            return self.decide_windows(&mut state, request, now, not_before, max_wait);
         }
         let mut start = not_before;
         for (index, scope) in request.scopes.iter().enumerate() {
@@ -176,11 +215,11 @@ impl InMemoryBudget {
         }
         // Grants are only refunded shortly after they are made; forget old ones.
         for entry in state.values_mut() {
-            entry.granted.retain(|_, r| r.start() + GRANT_MEMORY > now);
+            entry
+                .granted
+                .retain(|_, r| r.start().saturating_add(GRANT_MEMORY) > now);
         }
-        let mut token = self.next_token.lock().unwrap_or_else(|p| p.into_inner());
-        *token += 1;
-        let id = *token;
+        let id = self.next_id();
         for scope in request.scopes {
             if let Some(entry) = state.get_mut(&key(request.credential, scope)) {
                 if let Ok(reservation) = entry.cell.reserve(now, start, micros(Duration::MAX)) {
@@ -197,6 +236,100 @@ impl InMemoryBudget {
     }
 }
 
+impl InMemoryBudget {
+    fn next_id(&self) -> u64 {
+        let mut token = self.next_token.lock();
+        *token += 1;
+        *token
+    }
+
+    /// Every window and unit of the call at one start, or nothing: the
+    /// scopes' blocks first, then each window's earliest start for its
+    /// cost, until one start suits them all.
+    fn decide_windows(
+        &self,
+        state: &mut HashMap<(String, String), Entry>,
+        request: &ReserveRequest<'_>,
+        now: Micros,
+        not_before: Micros,
+        max_wait: Micros,
+    ) -> Decision {
+        let mut start = not_before;
+        for scope in request.scopes {
+            if let Some(until) = state
+                .get(&key(request.credential, scope))
+                .and_then(|entry| entry.cell.blocked_until(now))
+            {
+                if until - now > max_wait {
+                    return denied(scope, until - now, Hold::Blocked);
+                }
+                start = start.max(until);
+            }
+        }
+        // A later start never fits a window worse once the windows have
+        // agreed on it, so a few rounds settle on the common start.
+        for _ in 0..4 {
+            let mut moved = false;
+            for window in request.windows {
+                let entry = window_entry(state, request.credential, window);
+                let (earliest, _) = entry.cell.earliest_for(now, start, window.cost);
+                if earliest - now > max_wait {
+                    return denied(&window.scope, earliest - now, Hold::Rate);
+                }
+                if earliest > start {
+                    start = earliest;
+                    moved = true;
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        let id = self.next_id();
+        for window in request.windows {
+            let entry = window_entry(state, request.credential, window);
+            let reservation = entry.cell.charge_at(start, window.cost);
+            entry.granted.insert(id, reservation);
+        }
+        Decision::Granted {
+            wait: Duration::from_micros(start - now),
+            grant: Grant {
+                token: format!("{}:{id}", request.credential),
+            },
+        }
+    }
+}
+
+/// The entry of one window of a call's budgets, its limit kept current.
+fn window_entry<'a>(
+    state: &'a mut HashMap<(String, String), Entry>,
+    credential: &str,
+    window: &SharedWindow,
+) -> &'a mut Entry {
+    // NUL never appears in a configured name, so these keys never meet a scope's.
+    let name = format!(
+        "{}\0{}\0{}\0{}",
+        window.scope,
+        window.unit.as_deref().unwrap_or(""),
+        if window.low { "low" } else { "" },
+        window.index
+    );
+    let limit = Some(SharedLimit {
+        rate: window.rate,
+        burst: window.burst,
+    });
+    let entry = entry(state, credential, &name, limit);
+    entry.unit.clone_from(&window.unit);
+    entry
+}
+
+fn grant_id(grant: &Grant) -> Option<u64> {
+    grant
+        .token
+        .rsplit_once(':')
+        .and_then(|(_, id)| id.parse::<u64>().ok())
+}
+
 impl Entry {
     /// A scope nobody has reserved on yet: no limit, no hold.
     fn fresh() -> Self {
@@ -205,6 +338,7 @@ impl Entry {
             limit: None,
             quota_until: 0,
             granted: HashMap::new(),
+            unit: None,
         }
     }
 }
@@ -245,14 +379,10 @@ impl SharedBudget for InMemoryBudget {
     }
 
     fn refund(&self, credential: &str, grant: Grant) {
-        let Some(id) = grant
-            .token
-            .rsplit_once(':')
-            .and_then(|(_, id)| id.parse::<u64>().ok())
-        else {
+        let Some(id) = grant_id(&grant) else {
             return;
         };
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock();
         for ((cred, _), entry) in state.iter_mut() {
             if cred == credential
                 && let Some(reservation) = entry.granted.remove(&id)
@@ -264,14 +394,32 @@ impl SharedBudget for InMemoryBudget {
 
     fn block(&self, credential: &str, scope: &str, wait: Duration, hold: Hold) {
         let now = self.now();
-        let until = now + micros(wait);
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let until = now.saturating_add(micros(wait));
+        let mut state = self.state.lock();
         let entry = state
             .entry(key(credential, scope))
             .or_insert_with(Entry::fresh);
         match hold {
             Hold::Quota => entry.quota_until = entry.quota_until.max(until),
             Hold::Blocked | Hold::Rate => entry.cell.penalize(until, now),
+        }
+    }
+
+    fn settle(&self, credential: &str, grant: &Grant, unit: &str, estimate: u64, actual: u64) {
+        let Some(id) = grant_id(grant) else {
+            return;
+        };
+        let delta = i64::try_from(actual)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(estimate).unwrap_or(i64::MAX));
+        let mut state = self.state.lock();
+        for ((cred, _), entry) in state.iter_mut() {
+            if cred == credential
+                && entry.unit.as_deref() == Some(unit)
+                && let Some(reservation) = entry.granted.get(&id)
+            {
+                entry.cell.adjust(reservation.start(), delta);
+            }
         }
     }
 }

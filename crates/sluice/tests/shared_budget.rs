@@ -128,3 +128,44 @@ fn a_shared_credential_without_a_backend_is_a_config_error() {
         assert_eq!(error.field, "credentials.key.shared");
     });
 }
+
+/// Issue 14 on the shared seam: two gates on `rate = ["2/1s", "3/10s"]`
+/// spend both windows between them. Two start now, one a second (and its
+/// margin) later; the fourth would need the ten-second window, past the
+/// inline threshold, so it is deferred, not sent.
+#[tokio::test(start_paused = true)]
+async fn two_processes_spend_every_window_between_them() {
+    let sim = Sim::always_ok(20);
+    let budget = Arc::new(InMemoryBudget::new());
+    let gate = |seed| {
+        let credential = CredentialConfig::with_rate("2/1s".parse().unwrap())
+            .window("3/10s".parse().unwrap())
+            .shared(true)
+            .max_in_flight(20);
+        Gate::builder(
+            config_with(credential, Defaults::default()),
+            SimExecutor(sim.clone()),
+        )
+        .seed(seed)
+        .shared(budget.clone())
+        .build()
+        .unwrap()
+    };
+    let gates = [gate(1), gate(2)];
+    let runs = gates.iter().enumerate().map(|(g, gate)| {
+        let calls = (0..2).map(move |i| Call::new("read", json!({ "g": g, "i": i })));
+        let turn = gate.turn();
+        async move { turn.run(calls).await }
+    });
+    let outcomes: Vec<Outcome> = futures_util::future::join_all(runs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(sim.starts_ms(), [0.0, 0.0, 1_020.0]);
+    let deferred: Vec<_> = outcomes
+        .iter()
+        .filter(|o| o.status() == "rate_limited")
+        .collect();
+    assert_eq!(deferred.len(), 1, "{outcomes:?}");
+}

@@ -35,9 +35,15 @@ impl Server {
 
     /// Runs this very binary with `args`; it prints `listening on http://ADDR` first.
     pub(crate) fn sluice(args: &[&str]) -> anyhow::Result<Self> {
+        Server::sluice_with_env(args, &[])
+    }
+
+    /// [`Server::sluice`] with these environment variables set too.
+    pub(crate) fn sluice_with_env(args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let binary = std::env::current_exe().context("finding the sluice binary")?;
         let mut child = Command::new(binary)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -29,7 +29,36 @@ pub(crate) fn fixed_rate(
     duration: Duration,
     connections: usize,
 ) -> anyhow::Result<Measured> {
-    let target = Target::parse(url)?;
+    fixed_rate_target(Target::parse(url)?, rate, duration, connections)
+}
+
+/// [`fixed_rate`] with `POST`s: `headers` on each, and the body `body`
+/// with every `{n}` replaced by the request's number (unique in the run).
+pub(crate) fn fixed_rate_post(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    rate: u32,
+    duration: Duration,
+    connections: usize,
+) -> anyhow::Result<Measured> {
+    let mut target = Target::parse(url)?;
+    let mut head = String::from_utf8_lossy(&target.request).replacen("GET ", "POST ", 1);
+    head.truncate(head.len() - 2);
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    target.request = head.into_bytes();
+    target.body = Some(body.to_owned());
+    fixed_rate_target(target, rate, duration, connections)
+}
+
+fn fixed_rate_target(
+    target: Target,
+    rate: u32,
+    duration: Duration,
+    connections: usize,
+) -> anyhow::Result<Measured> {
     let every = Duration::from_secs(1) / rate.max(1);
     let slots = u32::try_from(duration.as_nanos() / every.as_nanos().max(1)).unwrap_or(u32::MAX);
     let connections = u32::try_from(connections.max(1)).unwrap_or(1);
@@ -46,7 +75,7 @@ pub(crate) fn fixed_rate(
                         std::thread::sleep(wait);
                     }
                     out.0 += 1;
-                    match target.get(&mut conn) {
+                    match target.get(&mut conn, n) {
                         Ok(()) => out.2.push(
                             u64::try_from(scheduled.elapsed().as_micros()).unwrap_or(u64::MAX),
                         ),
@@ -91,7 +120,10 @@ impl Measured {
 #[derive(Clone)]
 struct Target {
     addr: SocketAddr,
+    /// The head; for a `GET`, the whole request.
     request: Vec<u8>,
+    /// A `POST`'s body, `{n}` standing for the request's number.
+    body: Option<String>,
 }
 
 impl Target {
@@ -106,12 +138,16 @@ impl Target {
             .ok_or_else(|| anyhow::anyhow!("load target host {host:?} resolves to nothing"))?;
         let path = if path.is_empty() { "/" } else { path };
         let request = format!("GET {path} HTTP/1.1\r\nhost: {host}\r\n\r\n").into_bytes();
-        Ok(Self { addr, request })
+        Ok(Self {
+            addr,
+            request,
+            body: None,
+        })
     }
 
     /// One request on the connection (opened when there is none); `Ok` when
     /// a 2xx answer arrived whole.
-    fn get(&self, conn: &mut Option<BufReader<TcpStream>>) -> std::io::Result<()> {
+    fn get(&self, conn: &mut Option<BufReader<TcpStream>>, n: u32) -> std::io::Result<()> {
         if conn.is_none() {
             let stream = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2))?;
             stream.set_nodelay(true)?;
@@ -121,7 +157,17 @@ impl Target {
         let reader = conn
             .as_mut()
             .ok_or_else(|| std::io::Error::other("no connection"))?;
-        reader.get_mut().write_all(&self.request)?;
+        match &self.body {
+            None => reader.get_mut().write_all(&self.request)?,
+            Some(body) => {
+                let body = body.replace("{n}", &n.to_string());
+                let mut request = self.request.clone();
+                request.extend_from_slice(
+                    format!("content-length: {}\r\n\r\n{body}", body.len()).as_bytes(),
+                );
+                reader.get_mut().write_all(&request)?;
+            }
+        }
         read_response(reader)
     }
 }

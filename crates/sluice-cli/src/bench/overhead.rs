@@ -3,10 +3,12 @@
 //! their own processes.
 //!
 //! For each target — the fake API directly, `sluice serve`'s proxy with
-//! limits far above the load, nginx in front of the same fake — a
+//! limits far above the load, the same with a credential secret that the
+//! scrubber looks for in every answer, nginx in front of the same fake — a
 //! fixed-rate open-loop load measures latency from each request's scheduled
 //! start (so a slow server cannot hide queueing), then a closed-loop load
-//! measures the highest rate it sustains.
+//! measures the highest rate it sustains, then the time to the first body
+//! byte of an event stream (directly, and through each sidecar).
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -18,7 +20,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::children::Server;
-use super::load;
+use super::{load, ttfb};
 
 /// Connections of the fixed-rate load (each sends every 1/N-th request).
 const FIXED_RATE_CONNECTIONS: usize = 16;
@@ -59,6 +61,10 @@ pub(crate) struct Figures {
     /// (the fake for the direct target, the proxy alone for the others).
     pub(crate) cpu_us_per_request: Option<f64>,
     pub(crate) max_rate: f64,
+    /// Median time to the first body byte of an event stream whose events
+    /// come 100 ms apart: the streaming upstream itself for the direct
+    /// target, through the proxy for the sidecars.
+    pub(crate) ttfb_us: Option<u64>,
 }
 
 /// One thing to measure: where to send, and whose CPU time to count.
@@ -66,22 +72,45 @@ struct Target {
     name: &'static str,
     url: String,
     pid: u32,
+    /// Where its time to first byte of a stream is measured, if it is.
+    ttfb_url: Option<String>,
 }
+
+/// The secret of the scrubbing sidecar's credential: every answer passes
+/// the scrubber, so its cost shows next to the plain sidecar's.
+const SCRUBBED_SECRET: &str = "sk-bench-5f1e9c2a7d3b4e60";
+
+/// Samples of the time to first byte per target (each about 100 ms).
+const TTFB_SAMPLES: usize = 21;
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let fake = Server::unlimited_fake()?;
+    let stream = ttfb::spawn_stream().await?;
     let dir = std::env::temp_dir().join(format!("sluice-bench-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&dir).context("creating a temporary directory")?;
-    let config = dir.join("sluice.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[credentials.api]\nbase_url = \"{}\"\nrate = \"1000000/1s\"\nmax_in_flight = 100000\nqueue = 100000\n",
-            fake.url
-        ),
+    // Limits in force on every call, far above the load.
+    let limits = "rate = \"1000000/1s\"\nmax_in_flight = 100000\nqueue = 100000\n";
+    let sidecar_config = |name: &str, secret: &str| -> anyhow::Result<String> {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "[credentials.api]\nbase_url = \"{}\"\n{limits}{secret}\n[credentials.stream]\nbase_url = \"{stream}\"\n{limits}",
+                fake.url
+            ),
+        )?;
+        Ok(path
+            .to_str()
+            .context("temporary path is not UTF-8")?
+            .to_owned())
+    };
+    let plain = sidecar_config("sluice.toml", "")?;
+    let scrubbing = sidecar_config("scrub.toml", "secret_env = \"SLUICE_BENCH_SECRET\"\n")?;
+    let sidecar = Server::sluice(&["serve", "--config", &plain, "--listen", "127.0.0.1:0"])?;
+    let scrubber = Server::sluice_with_env(
+        &["serve", "--config", &scrubbing, "--listen", "127.0.0.1:0"],
+        &[("SLUICE_BENCH_SECRET", SCRUBBED_SECRET)],
     )?;
-    let config_path = config.to_str().context("temporary path is not UTF-8")?;
-    let sidecar = Server::sluice(&["serve", "--config", config_path, "--listen", "127.0.0.1:0"])?;
     let nginx = nginx(&dir, &fake.url).await;
 
     let mut targets = vec![
@@ -89,11 +118,19 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             name: "fake API directly",
             url: format!("{}/api/item", fake.url),
             pid: fake.pid(),
+            ttfb_url: Some(format!("{stream}/events")),
         },
         Target {
             name: "sluice serve proxy",
             url: format!("{}/proxy/api/api/item", sidecar.url),
             pid: sidecar.pid(),
+            ttfb_url: Some(format!("{}/proxy/stream/events", sidecar.url)),
+        },
+        Target {
+            name: "sluice serve proxy, a secret scrubbed",
+            url: format!("{}/proxy/api/api/item", scrubber.url),
+            pid: scrubber.pid(),
+            ttfb_url: Some(format!("{}/proxy/stream/events", scrubber.url)),
         },
     ];
     match &nginx {
@@ -101,6 +138,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             name: "nginx proxy_pass",
             url: format!("{}/api/item", nginx.url),
             pid: nginx.pid(),
+            ttfb_url: None,
         }),
         Err(error) => eprintln!("nginx skipped: {error:#}"),
     }
@@ -213,6 +251,17 @@ async fn measure(targets: &[Target], fake: &str, args: &Args) -> anyhow::Result<
             values.sort_unstable();
             values.get(values.len() / 2).copied().unwrap_or(0)
         };
+        let ttfb_us = match &target.ttfb_url {
+            Some(url) => {
+                eprintln!("{}: time to the first byte of a stream", target.name);
+                let url = url.clone();
+                Some(
+                    tokio::task::spawn_blocking(move || ttfb::measure(&url, TTFB_SAMPLES))
+                        .await??,
+                )
+            }
+            None => None,
+        };
         let mut cpu: Vec<f64> = measured
             .iter()
             .filter_map(|r| r.cpu_us_per_request)
@@ -228,6 +277,7 @@ async fn measure(targets: &[Target], fake: &str, args: &Args) -> anyhow::Result<
             p99_rounds_us: measured.iter().map(|r| r.p99_us).collect(),
             cpu_us_per_request: cpu.get(cpu.len() / 2).copied(),
             max_rate,
+            ttfb_us,
         });
     }
     Ok(results)
@@ -287,10 +337,13 @@ pub(crate) fn table(results: &[Figures], args: &Args) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| target | p50 at {} req/s | p99 (median of {} rounds) | p99 of each round | added p50 | added p99 | CPU per request | failed | highest rate ({} connections) | vs nginx |",
+        "\n| target | p50 at {} req/s | p99 (median of {} rounds) | p99 of each round | added p50 | added p99 | CPU per request | failed | highest rate ({} connections) | vs nginx | first byte of a stream | added |",
         args.rate, args.rounds, args.connections
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for r in results {
         let added = |value: u64, base: u64| value as i64 - base as i64;
         let (added50, added99) = direct.map_or((0, 0), |d| {
@@ -308,9 +361,16 @@ pub(crate) fn table(results: &[Figures], args: &Args) -> String {
         let cpu = r
             .cpu_us_per_request
             .map_or("-".to_owned(), |us| format!("{us:.0} µs"));
+        let ttfb = r.ttfb_us.map_or("-".to_owned(), |us| {
+            format!("{:.2} ms", us as f64 / 1_000.0)
+        });
+        let ttfb_added = match (r.ttfb_us, direct.and_then(|d| d.ttfb_us)) {
+            (Some(us), Some(base)) => format!("{:+.2} ms", (us as f64 - base as f64) / 1_000.0),
+            _ => "-".to_owned(),
+        };
         let _ = writeln!(
             out,
-            "| {} | {:.2} ms | {:.2} ms | {rounds} | {:+.2} ms | {:+.2} ms | {cpu} | {} of {} | {:.0}/s | {} |",
+            "| {} | {:.2} ms | {:.2} ms | {rounds} | {:+.2} ms | {:+.2} ms | {cpu} | {} of {} | {:.0}/s | {} | {ttfb} | {ttfb_added} |",
             r.target,
             r.p50_us as f64 / 1_000.0,
             r.p99_us as f64 / 1_000.0,
@@ -320,6 +380,19 @@ pub(crate) fn table(results: &[Figures], args: &Args) -> String {
             r.sent,
             r.max_rate,
             versus
+        );
+    }
+    let plain = results.iter().find(|r| r.target == "sluice serve proxy");
+    let scrubbed = results.iter().find(|r| r.target.contains("scrubbed"));
+    if let (Some(plain), Some(scrubbed)) = (plain, scrubbed)
+        && let (Some(a), Some(b)) = (plain.cpu_us_per_request, scrubbed.cpu_us_per_request)
+    {
+        let _ = writeln!(
+            out,
+            "\nScrubbing one secret from every answer: {:+.1} µs of CPU per request ({:+.0}%), {:+.2} ms at p50.",
+            b - a,
+            (b - a) / a * 100.0,
+            (scrubbed.p50_us as f64 - plain.p50_us as f64) / 1_000.0
         );
     }
     out

@@ -9,20 +9,28 @@
 //! - `unknown-limit`: as `overload`, but the limit is not in any config:
 //!   `static` has nothing to limit with, `sluice` only follows the server's
 //!   signals, `sluice-auto` probes for it.
+//! - `llm-tokens`: LLM-style calls under requests and tokens per window,
+//!   estimated high and settled lower (see [`super::llm`]).
+//! - `priority`: production at high priority and a flooding agent at low
+//!   on one key (see [`super::priority`]).
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::json;
 use sluice::Rate;
 use sluice_fake::{Config, FakeApi, FakeServer, Latency, Limits, Record};
 use tokio::time::Instant;
 
-use crate::demo::scenario::{CallLog, drive_model, sync_job};
+use super::llm::{self, LlmResult};
+use super::priority::{self, PriorityResult};
+use crate::demo::replay::{CallLog, drive_model};
+use crate::demo::scenario::{is_agent, sync_job};
 use crate::harness::{Harness, Setup, Strategy, View};
 
 /// The key's limit: this many in any rolling second.
@@ -49,10 +57,11 @@ pub(crate) struct Args {
     /// Seed for latencies, the model's choices and jitter.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Run only this scenario (burst, overload, shared-key, unknown-limit).
+    /// Run only this scenario (burst, overload, shared-key, unknown-limit, llm-tokens, priority).
     #[arg(long)]
     scenario: Option<String>,
-    /// Run only this strategy (naive, sdk, static, sluice, sluice-auto).
+    /// Run only this strategy (naive, sdk, static, sluice, sluice-auto; requests-only and
+    /// reserve-reconcile in llm-tokens; fifo in priority).
     #[arg(long)]
     strategy: Option<String>,
 }
@@ -155,10 +164,32 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     server.shutdown().await.context("stopping the fake API")?;
+    let strategy = args.strategy.as_deref();
+    let llm = if wanted("llm-tokens", &args.scenario) {
+        llm::run(duration, args.seed, strategy).await?
+    } else {
+        Vec::new()
+    };
+    let priority = if wanted("priority", &args.scenario) {
+        priority::run(duration, args.seed, strategy).await?
+    } else {
+        Vec::new()
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        let mut all = serde_json::to_value(&results)?
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for result in &llm {
+            all.push(serde_json::to_value(result)?);
+        }
+        for result in &priority {
+            all.push(serde_json::to_value(result)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&all)?);
     } else {
         print!("{}", tables(&results, seconds));
+        print!("{}", budget_tables(&llm, &priority));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -201,7 +232,7 @@ async fn run_one(
     if let Some(victim) = victim {
         victim.await?;
     }
-    let calls = std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner()));
+    let calls = std::mem::take(&mut *log.lock());
     Ok(measure(
         scenario,
         strategy,
@@ -226,7 +257,7 @@ async fn offer(harness: &Harness, per_second: f64, end: Instant, log: Arc<Mutex<
         calls.spawn(async move {
             let started = Instant::now();
             let view = turn.call(tool, &args).await;
-            log.lock().unwrap_or_else(|p| p.into_inner()).push(CallLog {
+            log.lock().push(CallLog {
                 elapsed: started.elapsed(),
                 view,
             });
@@ -245,13 +276,10 @@ fn measure(
     start_ms: f64,
     duration: Duration,
 ) -> Result {
-    let agent: Vec<&Record> = records
-        .iter()
-        .filter(|r| r.path.starts_with("/api/"))
-        .collect();
+    let agent: Vec<&Record> = records.iter().filter(|r| is_agent(r)).collect();
     let victim_failures = records
         .iter()
-        .filter(|r| !r.path.starts_with("/api/") && r.status != 200)
+        .filter(|r| !is_agent(r) && r.status != 200)
         .count();
     let window_ms = duration.as_secs_f64() * 1_000.0;
     let accepted = agent
@@ -316,6 +344,54 @@ fn tables(results: &[Result], seconds: u64) -> String {
                 r.p50_ms,
                 r.p99_ms,
                 r.answered_within_deadline * 100.0
+            );
+        }
+    }
+    out
+}
+
+fn budget_tables(llm: &[LlmResult], priority: &[PriorityResult]) -> String {
+    let mut out = String::new();
+    if !llm.is_empty() {
+        let _ = writeln!(out, "\nllm-tokens");
+        let _ = writeln!(
+            out,
+            "| strategy | token goodput | throttled | windows over-spent | p50 ms | p99 ms | ok |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+        for r in llm {
+            let _ = writeln!(
+                out,
+                "| {} | {:.3} | {:.1}% | {}/{} | {} | {} | {:.0}% |",
+                r.strategy,
+                r.token_goodput,
+                r.throttled_ratio * 100.0,
+                r.overspent_windows,
+                r.windows,
+                r.p50_ms,
+                r.p99_ms,
+                r.ok_ratio * 100.0
+            );
+        }
+    }
+    if !priority.is_empty() {
+        let _ = writeln!(out, "\npriority");
+        let _ = writeln!(
+            out,
+            "| strategy | production failures | production p50 ms | production p99 ms | agent goodput | throttled |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+        for r in priority {
+            let _ = writeln!(
+                out,
+                "| {} | {}/{} | {} | {} | {:.2} | {:.1}% |",
+                r.strategy,
+                r.production_failures,
+                r.production_calls,
+                r.production_p50_ms,
+                r.production_p99_ms,
+                r.agent_goodput,
+                r.throttled_ratio * 100.0
             );
         }
     }

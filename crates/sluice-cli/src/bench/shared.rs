@@ -5,7 +5,11 @@
 //!   (`max_lease = 1`: one round trip per decision);
 //! - Redis round trips per admitted call (`INFO commandstats`);
 //! - the rate three `sluice serve` processes on one key reach together, as
-//!   a fraction of what the key allows (from the fake API's records).
+//!   a fraction of what the key allows (from the fake API's records);
+//! - side by side in the same run, sluice next to a fixed-window `INCR` +
+//!   `EXPIRE` limiter and a sliding-log Lua limiter ([`super::peers`]):
+//!   decisions per second, round trips, and the most starts in any second
+//!   at three times the limit.
 
 use std::fmt::Write as _;
 use std::num::NonZeroU32;
@@ -23,6 +27,7 @@ use sluice_redis::{RedisBudget, RedisConfig};
 use tokio::time::Instant;
 
 use super::children::Server;
+use super::peers::Kind;
 
 /// Flags of `sluice bench shared`.
 #[derive(Debug, clap::Args)]
@@ -51,6 +56,7 @@ struct Figures {
     three_processes_allowed: u32,
     three_processes_ratio: f64,
     three_processes_round_trips_per_admitted_call: f64,
+    peers: Vec<super::peers::Peer>,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -87,6 +93,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (with_rate, with_trips) = decisions(&url, &redis, None, &args).await?;
     let (without_rate, without_trips) = decisions(&url, &redis, Some(1), &args).await?;
     let (busiest, trips) = three_processes(&url, &redis, &dir, &args).await?;
+    let mut peers = Vec::new();
+    for kind in [Kind::Sluice, Kind::FixedWindow, Kind::SlidingLog] {
+        reset_stats(&redis).await?;
+        let trips = || round_trips(&redis);
+        peers.push(
+            super::peers::measure(kind, &url, args.callers, args.seconds, args.limit, trips)
+                .await?,
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
     let figures = Figures {
         decisions_per_second_with_leases: with_rate,
@@ -97,6 +112,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         three_processes_allowed: args.limit,
         three_processes_ratio: busiest as f64 / f64::from(args.limit),
         three_processes_round_trips_per_admitted_call: trips,
+        peers,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
@@ -172,6 +188,7 @@ async fn decisions(
                     credential: "bench",
                     scopes: &["api_key"],
                     limit: Some(limit),
+                    windows: &[],
                     not_before: Duration::ZERO,
                     max_wait: Duration::from_secs(1),
                 };
@@ -219,7 +236,7 @@ async fn three_processes(
     let mut workers = tokio::task::JoinSet::new();
     for (p, sidecar) in sidecars.iter().enumerate() {
         for w in 0..16 {
-            let (client, turns, admitted) = (
+            let (client, turns_url, admitted) = (
                 client.clone(),
                 format!("{}/v1/turns", sidecar.url),
                 admitted.clone(),
@@ -229,7 +246,7 @@ async fn three_processes(
                 while Instant::now() < until {
                     n += 1;
                     let body = format!(r#"{{"calls":[{{"id":"c","tool":"get","args":{{"n":"{p}-{w}-{n}"}},"deadline_ms":1500}}]}}"#);
-                    let text = match client.post(&turns).header("content-type", "application/json").body(body).send().await {
+                    let text = match client.post(&turns_url).header("content-type", "application/json").body(body).send().await {
                         Ok(response) => response.text().await.unwrap_or_default(),
                         Err(_) => String::new(),
                     };
@@ -305,5 +322,23 @@ fn table(f: &Figures, args: &Args) -> String {
         "| Redis round trips per admitted call, three processes | {:.3} |",
         f.three_processes_round_trips_per_admitted_call
     );
+    let _ = writeln!(
+        out,
+        "\n| limiter | decisions/s | round trips per decision | at 3x the limit: admitted/s | round trips per admitted | most starts in any second (limit) |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    for p in &f.peers {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.3} | {:.1} | {:.3} | {} ({}) |",
+            p.limiter,
+            p.decisions_per_second,
+            p.round_trips_per_decision,
+            p.admitted_per_second,
+            p.round_trips_per_admitted,
+            p.busiest_second,
+            p.limit
+        );
+    }
     out
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use plotters::prelude::*;
 
-use super::report::is_agent;
-use super::scenario::{KEY_LIMIT, Run};
+use super::replay::Run;
+use super::scenario::{KEY_LIMIT, is_agent};
 
 /// Sampling step of the timeline.
 const BIN_MS: f64 = 100.0;

@@ -1,21 +1,14 @@
 //! What a run showed: counts from the API's records and the model's log, as a table or JSON.
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write as _};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use sluice_fake::{FakeApi, Record};
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
+use sluice_fake::Record;
 
 use super::model::View;
-use super::scenario::Run;
-use crate::harness::Strategy;
-
-/// The paths agent calls use; everything else on the key is the sync job.
-const AGENT_PREFIX: &str = "/api/";
+use super::replay::Run;
+use super::scenario::is_agent;
 
 /// One run's figures. Request counts come from the API's records (the
 /// witness); call counts from what the model was told.
@@ -45,10 +38,6 @@ pub(crate) struct Summary {
 pub(crate) struct Json<'a> {
     pub(crate) seconds: u64,
     pub(crate) runs: &'a [Summary],
-}
-
-pub(crate) fn is_agent(record: &Record) -> bool {
-    record.path.starts_with(AGENT_PREFIX)
 }
 
 pub(crate) fn summarize(run: &Run) -> Summary {
@@ -196,96 +185,6 @@ fn times(n: usize) -> String {
     match n {
         1 => "once".to_owned(),
         n => format!("{n} times"),
-    }
-}
-
-/// The live progress line, on stderr: rewritten in place on a terminal,
-/// a plain line per second otherwise; silent under `--json`.
-pub(crate) struct Progress {
-    enabled: bool,
-    terminal: bool,
-}
-
-/// A run's progress printer; [`Ticker::finish`] prints its last line.
-pub(crate) struct Ticker {
-    task: Option<JoinHandle<()>>,
-    line: Arc<dyn Fn() -> String + Send + Sync>,
-    terminal: bool,
-}
-
-impl Progress {
-    pub(crate) fn new(enabled: bool) -> Self {
-        Progress {
-            enabled,
-            terminal: std::io::stderr().is_terminal(),
-        }
-    }
-
-    pub(crate) fn start(
-        &self,
-        harness: Strategy,
-        api: FakeApi,
-        start: Instant,
-        duration: Duration,
-    ) -> Ticker {
-        let line = move || {
-            let records = api.requests();
-            let (agent, victim): (Vec<&Record>, Vec<&Record>) =
-                records.iter().partition(|r| is_agent(r));
-            format!(
-                "{:<7} {:>5.1}s/{}s  agent requests {:>4}  429s {:>4}  sync job failures {:>3}",
-                harness.name(),
-                start.elapsed().as_secs_f64(),
-                duration.as_secs(),
-                agent.len(),
-                agent.iter().filter(|r| r.status == 429).count(),
-                victim.iter().filter(|r| r.status != 200).count(),
-            )
-        };
-        let line: Arc<dyn Fn() -> String + Send + Sync> = Arc::new(line);
-        let task = self.enabled.then(|| {
-            let line = line.clone();
-            let terminal = self.terminal;
-            tokio::spawn(async move {
-                let every = if terminal {
-                    Duration::from_millis(200)
-                } else {
-                    Duration::from_secs(1)
-                };
-                let mut ticks = tokio::time::interval(every);
-                loop {
-                    ticks.tick().await;
-                    let text = line();
-                    let mut err = std::io::stderr().lock();
-                    let _ = if terminal {
-                        write!(err, "\r{text}")
-                    } else {
-                        writeln!(err, "{text}")
-                    };
-                    let _ = err.flush();
-                }
-            })
-        });
-        Ticker {
-            task,
-            line,
-            terminal: self.terminal,
-        }
-    }
-}
-
-impl Ticker {
-    pub(crate) fn finish(self) {
-        if let Some(task) = self.task {
-            task.abort();
-            let text = (self.line)();
-            let mut err = std::io::stderr().lock();
-            let _ = if self.terminal {
-                writeln!(err, "\r{text}  done")
-            } else {
-                writeln!(err, "{text}  done")
-            };
-        }
     }
 }
 

@@ -67,26 +67,36 @@ impl Executor for ApiClient {
         &self,
         request: Request<serde_json::Value>,
     ) -> Result<http::Response<Bytes>, TransportError> {
-        let response = self
-            .get(&request.tool, &request.payload, request.timeout)
-            .await
-            .map_err(|error| {
-                if error.is_connect() {
-                    TransportError::connect(error.to_string())
-                } else {
-                    TransportError::other(error.to_string())
-                }
-            })?;
-        let mut builder = http::Response::builder().status(response.status().as_u16());
-        for (name, value) in response.headers() {
-            builder = builder.header(name.as_str(), value.as_bytes());
-        }
-        let body = response
-            .bytes()
-            .await
-            .map_err(|error| TransportError::other(error.to_string()))?;
-        builder
-            .body(body)
-            .map_err(|error| TransportError::other(error.to_string()))
+        engine_response(
+            self.get(&request.tool, &request.payload, request.timeout)
+                .await,
+        )
+        .await
     }
+}
+
+/// What reqwest answered, as the engine's response: a connection that was
+/// never made is `connect` (safe to retry for any call), anything else
+/// `other`.
+pub(crate) async fn engine_response(
+    sent: reqwest::Result<reqwest::Response>,
+) -> Result<http::Response<Bytes>, TransportError> {
+    let response = sent.map_err(|error| {
+        if error.is_connect() {
+            TransportError::connect(error.to_string())
+        } else {
+            TransportError::other(error.to_string())
+        }
+    })?;
+    let mut builder = http::Response::builder().status(response.status().as_u16());
+    for (name, value) in response.headers() {
+        builder = builder.header(name.as_str(), value.as_bytes());
+    }
+    let body = response
+        .bytes()
+        .await
+        .map_err(|error| TransportError::other(error.to_string()))?;
+    builder
+        .body(body)
+        .map_err(|error| TransportError::other(error.to_string()))
 }

@@ -1,8 +1,8 @@
 //! A client-side fixed-window limiter: what a "static" client does.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use sluice::Rate;
 use tokio::time::Instant;
 
@@ -31,7 +31,7 @@ impl FixedWindow {
             let elapsed = self.origin.elapsed();
             let index = (elapsed.as_nanos() / self.window.as_nanos().max(1)) as u64;
             let granted = {
-                let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut state = self.state.lock();
                 if state.0 != index {
                     *state = (index, 0);
                 }

@@ -99,6 +99,24 @@ impl<'a> Message<'a> {
     }
 }
 
+/// What `of` makes of each response in one message or batch (requests and
+/// notifications, and what is not JSON-RPC, are skipped).
+pub(crate) fn responses<T>(line: &[u8], of: impl Fn(&Message<'_>) -> Option<T>) -> Vec<T> {
+    let of = |message: &Message<'_>| {
+        (message.kind() == Kind::Response)
+            .then(|| of(message))
+            .flatten()
+    };
+    match parse(line) {
+        Frame::Single(message) => of(&message).into_iter().collect(),
+        Frame::Batch(elements) => elements
+            .iter()
+            .filter_map(|element| element.as_ref().ok().and_then(of))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Reads one line (without its newline).
 pub(crate) fn parse(line: &[u8]) -> Frame<'_> {
     let Ok(text) = std::str::from_utf8(line) else {

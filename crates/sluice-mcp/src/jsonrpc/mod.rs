@@ -5,7 +5,8 @@ mod message;
 mod write;
 
 pub(crate) use id::IdKey;
-pub(crate) use message::{Frame, Kind, Message, parse};
+pub(crate) use message::{Frame, Kind, Message, parse, responses};
 pub(crate) use write::{
-    INVALID_REQUEST, PARSE_ERROR, batch, cancelled, error_response, request, result_response,
+    INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, batch, cancelled, error_response, notification,
+    request, result_response,
 };

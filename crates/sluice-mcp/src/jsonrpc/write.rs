@@ -6,6 +6,8 @@ use serde_json::json;
 pub(crate) const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC 2.0 §5.1: the JSON sent is not a valid request object.
 pub(crate) const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC 2.0 §5.1: internal JSON-RPC error.
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
 
 /// A request; `id` and `params` are JSON text.
 pub(crate) fn request(id: &str, method: &str, params: Option<&str>) -> Vec<u8> {
@@ -27,6 +29,12 @@ pub(crate) fn result_response(id: &str, result: &str) -> Vec<u8> {
 /// An error response; `id` and `error` (the error object) are JSON text.
 pub(crate) fn error_response(id: &str, error: &str) -> Vec<u8> {
     format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#).into_bytes()
+}
+
+/// A notification; `params` is JSON text.
+pub(crate) fn notification(method: &str, params: &str) -> Vec<u8> {
+    let method = json!(method);
+    format!(r#"{{"jsonrpc":"2.0","method":{method},"params":{params}}}"#).into_bytes()
 }
 
 /// `notifications/cancelled` for the request `request_id` (JSON text).

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice::shared::SharedBudget as _;
 use sluice::{CredentialConfig, Defaults, Gate, GateConfig, ToolConfig};
 use sluice_fake::{Config, FakeApi, FakeServer, Limits, RetryAfter};
 use sluice_redis::{RedisBudget, RedisConfig};
@@ -181,4 +182,34 @@ pub async fn drive(
 /// Starts of admitted (non-429) requests, in ms since the fake started.
 pub fn starts(server: &FakeServer) -> Vec<f64> {
     server.api().requests().iter().map(|r| r.t_ms).collect()
+}
+
+/// Calls `reserve` with no acceptable wait every 20 ms until `until`: such
+/// a call is answered at once (granted now or denied), so its duration is
+/// exactly the extra time Redis cost it. Returns the longest.
+pub async fn probe(budget: Arc<RedisBudget>, until: tokio::time::Instant) -> Duration {
+    let limit = sluice::shared::SharedLimit {
+        rate: "1000/1s".parse().unwrap(),
+        burst: None,
+    };
+    let mut longest = Duration::ZERO;
+    while tokio::time::Instant::now() < until {
+        let started = tokio::time::Instant::now();
+        let decision = budget
+            .reserve(sluice::shared::ReserveRequest {
+                credential: "probe",
+                scopes: &["api_key"],
+                limit: Some(limit),
+                windows: &[],
+                not_before: Duration::ZERO,
+                max_wait: Duration::ZERO,
+            })
+            .await;
+        longest = longest.max(started.elapsed());
+        if let sluice::shared::Decision::Granted { wait, .. } = decision {
+            assert!(wait <= Duration::from_millis(1), "{wait:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    longest
 }

@@ -1,6 +1,8 @@
-//! Request bodies over `server.max_body` get 413 without being buffered whole.
+//! Request bodies over `server.max_body` get 413 without being buffered
+//! whole, and a body must arrive within its call's deadline.
 
 use std::error::Error as _;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -10,6 +12,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use http::header::CONTENT_LENGTH;
 use http_body_util::{LengthLimitError, Limited};
+use hyper::body::Body as _;
 
 use super::error::ApiError;
 use crate::state::AppState;
@@ -28,32 +31,56 @@ pub(crate) async fn limit_body(
     request: Request,
     next: Next,
 ) -> Response {
+    match refusal(&state, &request) {
+        Some(refused) => refused,
+        None => next.run(capped(&state, request)).await,
+    }
+}
+
+/// The `413` for a declared `Content-Length` over the limit.
+pub(crate) fn refusal(state: &AppState, request: &Request) -> Option<Response> {
     let max = state.inner.config.server.max_body;
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse::<u64>().ok());
-    if declared.is_some_and(|length| length > max) {
-        return too_large(max).into_response();
-    }
-    let limit = usize::try_from(max).unwrap_or(usize::MAX);
-    let request = request.map(|body| Body::new(Limited::new(body, limit)));
-    next.run(request).await
+    declared
+        .is_some_and(|length| length > max)
+        .then(|| too_large(max).into_response())
 }
 
-/// Reads a body capped by [`limit_body`]: a body over the limit is 413.
-pub(crate) async fn read_body(body: Body, max: u64) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, usize::MAX)
-        .await
-        .map_err(|error| {
-            let mut source = error.source();
-            while let Some(cause) = source {
-                if cause.is::<LengthLimitError>() {
-                    return too_large(max);
-                }
-                source = cause.source();
+/// The request with its body capped at the limit while it is read.
+pub(crate) fn capped(state: &AppState, request: Request) -> Request {
+    let limit = usize::try_from(state.inner.config.server.max_body).unwrap_or(usize::MAX);
+    request.map(|body| Body::new(Limited::new(body, limit)))
+}
+
+/// Reads a body capped by [`limit_body`], within `within`: a body over
+/// the limit is 413, one that takes longer (a client sending it a byte at
+/// a time) is 408.
+pub(crate) async fn read_body(body: Body, max: u64, within: Duration) -> Result<Bytes, ApiError> {
+    if body.is_end_stream() {
+        return Ok(Bytes::new());
+    }
+    let read = tokio::time::timeout(within, axum::body::to_bytes(body, usize::MAX));
+    let Ok(read) = read.await else {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {} ms (the call's deadline)",
+                within.as_millis()
+            ),
+        ));
+    };
+    read.map_err(|error| {
+        let mut source = error.source();
+        while let Some(cause) = source {
+            if cause.is::<LengthLimitError>() {
+                return too_large(max);
             }
-            ApiError::bad_request(format!("cannot read the request body: {error}"))
-        })
+            source = cause.source();
+        }
+        ApiError::bad_request(format!("cannot read the request body: {error}"))
+    })
 }

@@ -2,12 +2,16 @@
 
 mod app;
 mod auth;
+pub(crate) mod direct;
 mod error;
 mod limit;
 mod proxy;
 mod status;
+mod ui;
 // Reachable from `crate::fuzzing`, which fuzzes its parser.
 pub(crate) mod turns;
 
 pub use app::app;
-pub use proxy::{DEADLINE_HEADER, OUTCOME_HEADER, REASON_HEADER, SCOPE_HEADER, TURN_HEADER};
+pub use proxy::{
+    DEADLINE_HEADER, OUTCOME_HEADER, PRIORITY_HEADER, REASON_HEADER, SCOPE_HEADER, TURN_HEADER,
+};

@@ -1,6 +1,7 @@
 //! `ANY /proxy/{credential}/{*path}`: a plain HTTP request forwarded to the
 //! credential's base URL through the gate; the upstream response comes back
-//! as is, sluice's own refusals as 429 or 504 with the outcome.
+//! as is, its body streamed as it arrives, sluice's own refusals as 429 or
+//! 504 with the outcome.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,21 +11,27 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, RETRY_AFTER};
+use http::header::{ACCEPT, CONTENT_LENGTH, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use percent_encoding::percent_decode_str;
-use sluice::{Call, Completion, Outcome, Route};
+use sluice::{Call, Completion, Outcome, Priority, Route, Streaming};
 
 use super::error::ApiError;
 use super::limit::read_body;
+use crate::deadline::{Refused, client_deadline};
+use crate::executor::UpstreamBody;
 use crate::forward;
 use crate::payload::{HttpRequest, Outbound};
+use crate::relay::Relay;
+use crate::scrub::Streamed;
 use crate::state::AppState;
 
 /// The call's deadline in milliseconds (else the configured default).
 pub const DEADLINE_HEADER: &str = "x-sluice-deadline-ms";
 /// Requests carrying the same value share one turn (single-flight, cache).
 pub const TURN_HEADER: &str = "x-sluice-turn-id";
+/// The request header giving a proxied call's priority: `high`, `normal` or `low`.
+pub const PRIORITY_HEADER: &str = "x-sluice-priority";
 /// On every proxy response: the call's outcome status.
 pub const OUTCOME_HEADER: &str = "x-sluice-outcome";
 /// On sluice's 429: why (`throttled`, `shed`, `budget`, `turn_budget`, `quota_exhausted`).
@@ -37,7 +44,12 @@ const PREFIX: &str = "/proxy/";
 const MAX_TURN_ID: usize = 256;
 
 pub(crate) async fn forward(State(state): State<AppState>, request: Request) -> Response {
-    match proxy(&state, request).await {
+    forward_request(&state, request).await
+}
+
+/// The route's handler, for callers that hold the state themselves.
+pub(crate) async fn forward_request(state: &AppState, request: Request) -> Response {
+    match proxy(state, request).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }
@@ -64,9 +76,12 @@ async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError>
             "the path must not contain '..' segments, plain or percent-encoded",
         ));
     }
-    let deadline = deadline(&parts.headers)?.map(|d| inner.cap_deadline(d));
+    let deadline = deadline(&parts.headers, inner.deadline_cap)?;
     let turn_id = turn_id(&parts.headers)?;
-    let body = read_body(body, inner.config.server.max_body).await?;
+    let priority = priority(&parts.headers)?;
+    // The body is read whole (bounded), so that a retry sends it again.
+    let within = deadline.unwrap_or(inner.config.gate.defaults.deadline);
+    let body = read_body(body, inner.config.server.max_body, within).await?;
     let url = forward::join(&upstream.base_url, path, parts.uri.query())
         .map_err(|error| ApiError::bad_request(error.to_string()))?;
     let headers = forward::request_headers(&parts.headers, &upstream.auth_header);
@@ -77,6 +92,10 @@ async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError>
     let idempotent = read
         || matches!(method, Method::PUT | Method::DELETE | Method::OPTIONS)
         || headers.contains_key("idempotency-key");
+    // A stream cannot be shared: only a read in a named turn, which others
+    // may join or find in the turn's cache, is read whole; everything else
+    // (an event stream included) streams to its one client.
+    let shared = read && turn_id.is_some() && !event_stream(&headers);
     let route = Route {
         credential: credential.clone().into_owned(),
         read,
@@ -84,36 +103,64 @@ async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError>
         deadline: None,
     };
     let label = inner.proxy_label(&credential, path);
-    let outbound = Outbound::Proxy(HttpRequest {
+    let request = HttpRequest {
         method: method.clone(),
         url,
         headers,
         body,
-    });
+    };
+    let outbound = if shared {
+        Outbound::Proxy(request)
+    } else {
+        Outbound::ProxyStream(request)
+    };
     let mut call = Call::routed(&label, route, outbound);
     if let Some(deadline) = deadline {
         call = call.deadline(deadline);
     }
-    let lease = inner.turns.lease(turn_id.as_deref(), &inner.gate);
+    if let Some(priority) = priority {
+        call = call.priority(priority);
+    }
+    let lease = inner.turn_registry.lease(turn_id.as_deref(), &inner.gate);
     let completion = lease.turn.complete(call).await;
     Ok(respond(completion, &method))
 }
 
-fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
-    let Some(value) = headers.get(DEADLINE_HEADER) else {
+/// The priority header, if sent: `high`, `normal` or `low`.
+fn priority(headers: &HeaderMap) -> Result<Option<Priority>, ApiError> {
+    let Some(value) = headers.get(PRIORITY_HEADER) else {
         return Ok(None);
     };
     value
         .to_str()
         .ok()
-        .and_then(|text| text.trim().parse::<u64>().ok())
-        .filter(|ms| *ms > 0)
-        .map(|ms| Some(Duration::from_millis(ms)))
+        .and_then(|text| text.parse::<Priority>().ok())
+        .map(Some)
         .ok_or_else(|| {
             ApiError::bad_request(format!(
-                "{DEADLINE_HEADER}: must be a whole number of milliseconds, at least 1"
+                "{PRIORITY_HEADER}: must be \"high\", \"normal\" or \"low\""
             ))
         })
+}
+
+/// The deadline header, bounded and capped at `cap`.
+fn deadline(headers: &HeaderMap, cap: Duration) -> Result<Option<Duration>, ApiError> {
+    let Some(value) = headers.get(DEADLINE_HEADER) else {
+        return Ok(None);
+    };
+    let ms = value
+        .to_str()
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    match ms.map(|ms| client_deadline(ms, cap)) {
+        Some(Ok(deadline)) => Ok(Some(deadline)),
+        Some(Err(Refused::TooLong(max))) => Err(ApiError::bad_request(format!(
+            "{DEADLINE_HEADER}: must be at most {max} milliseconds (the longest allowed duration)"
+        ))),
+        None | Some(Err(Refused::Zero)) => Err(ApiError::bad_request(format!(
+            "{DEADLINE_HEADER}: must be a whole number of milliseconds, at least 1"
+        ))),
+    }
 }
 
 fn turn_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -132,13 +179,23 @@ fn turn_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         })
 }
 
+/// True when the client asks for an event stream (`Accept: text/event-stream`).
+fn event_stream(headers: &HeaderMap) -> bool {
+    headers.get_all(ACCEPT).iter().any(|value| {
+        value
+            .as_bytes()
+            .windows(17)
+            .any(|w| w.eq_ignore_ascii_case(b"text/event-stream"))
+    })
+}
+
 /// The client's answer: the upstream response as is when there is one to
 /// give, else sluice's own 429 (deferred), 504 (deadline) or 502 (no response).
 fn respond(completion: Completion, method: &Method) -> Response {
     let outcome = completion.outcome;
     let mut response = match (&outcome, completion.response) {
         (Outcome::Ok { .. } | Outcome::Error { .. }, Some(upstream)) => {
-            passthrough(&upstream, method)
+            passthrough(upstream, method)
         }
         (Outcome::RateLimited { reason, scope, .. }, _) => {
             throttled(&outcome, reason.as_str(), scope)
@@ -156,15 +213,52 @@ fn respond(completion: Completion, method: &Method) -> Response {
     response
 }
 
-fn passthrough(upstream: &Arc<http::Response<Bytes>>, method: &Method) -> Response {
-    let mut headers = forward::response_headers(upstream.headers());
-    // The body is the upstream's bytes as received, but let the server frame
-    // it; a HEAD answer keeps the length of the body it did not send.
-    if *method != Method::HEAD {
-        headers.remove(CONTENT_LENGTH);
-    }
-    let mut response = Response::new(Body::from(upstream.body().clone()));
-    *response.status_mut() = upstream.status();
+/// The upstream's answer: its body relayed as it arrives when it streams,
+/// else the bytes it was read into.
+fn passthrough(upstream: Arc<http::Response<Bytes>>, method: &Method) -> Response {
+    let (whole, streamed) = match upstream.extensions().get::<UpstreamBody>() {
+        Some(UpstreamBody::Whole(whole)) => (Some(whole.clone()), None),
+        Some(UpstreamBody::Streaming(slot)) => (None, slot.lock().take()),
+        None => (None, None),
+    };
+    let hold = match streamed {
+        Some(_) => upstream
+            .extensions()
+            .get::<Streaming>()
+            .and_then(Streaming::hold),
+        None => None,
+    };
+    // An answer nobody else shares is taken apart, not copied.
+    let (status, mut headers, bytes) = match Arc::try_unwrap(upstream) {
+        Ok(owned) => {
+            let (parts, body) = owned.into_parts();
+            let mut headers = parts.headers;
+            forward::strip_hop_by_hop(&mut headers);
+            (parts.status, headers, body)
+        }
+        Err(shared) => (
+            shared.status(),
+            forward::response_headers(shared.headers()),
+            shared.body().clone(),
+        ),
+    };
+    let mut response = match streamed {
+        // Relayed unchanged: its own length, or chunks as they come.
+        Some((read, rest)) => {
+            let mut response = Response::new(Body::new(Relay::new(read, rest, hold)));
+            response.extensions_mut().insert(Streamed);
+            response
+        }
+        None => {
+            // The bytes as received, framed by the server; a HEAD answer
+            // keeps the length of the body it did not send.
+            if *method != Method::HEAD {
+                headers.remove(CONTENT_LENGTH);
+            }
+            Response::new(Body::from(whole.unwrap_or(bytes)))
+        }
+    };
+    *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
 }

@@ -45,6 +45,10 @@ struct CredentialStatus {
     max_in_flight: Option<u32>,
     queue: Option<u32>,
     shared: bool,
+    /// `enforce` or `shadow` (`enforce = false`, or `sluice serve --shadow`).
+    mode: sluice_ui::Mode,
+    /// `false` in shadow mode.
+    enforce: bool,
     in_flight: usize,
     /// Live scopes; none until the credential's first call.
     scopes: Vec<ScopeStatus>,
@@ -84,6 +88,8 @@ pub(crate) async fn status(State(state): State<AppState>) -> Response {
                 max_in_flight: limits.and_then(|l| l.max_in_flight),
                 queue: limits.and_then(|l| l.queue),
                 shared: upstream.shared,
+                mode: sluice_ui::Mode::of(limits.is_none_or(|l| l.enforce)),
+                enforce: limits.is_none_or(|l| l.enforce),
                 in_flight: inner.gate.in_flight(name),
                 scopes: scopes
                     .iter()
@@ -113,7 +119,7 @@ pub(crate) async fn status(State(state): State<AppState>) -> Response {
         credentials,
         tools,
         window_margin_ms: config.gate.defaults.window_margin.as_millis(),
-        open_turns: inner.turns.len(),
+        open_turns: inner.turn_registry.len(),
         shared_backend: state.shared_status(),
     })
     .into_response()

@@ -1,7 +1,6 @@
 //! `POST /v1/turns`: a turn's tool calls in, exactly one outcome per call out, in order.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Request, State};
@@ -13,10 +12,11 @@ use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use serde::{Deserialize, Serialize};
 use serde_json::error::Category;
 use serde_json::{Map, Value};
-use sluice::{Call, Outcome};
+use sluice::{Call, Outcome, Priority};
 
 use super::error::ApiError;
 use super::limit::read_body;
+use crate::deadline::{Refused, client_deadline};
 use crate::forward;
 use crate::payload::{HttpRequest, Outbound};
 use crate::state::{AppState, Inner};
@@ -43,6 +43,8 @@ pub(crate) struct CallRequest {
     #[serde(default)]
     pub(crate) args: Value,
     pub(crate) deadline_ms: Option<u64>,
+    /// `"high"`, `"normal"` or `"low"`; the tool's `priority` otherwise.
+    pub(crate) priority: Option<Priority>,
 }
 
 #[derive(Debug, Serialize)]
@@ -59,7 +61,8 @@ struct TurnResponse<'a> {
 
 pub(crate) async fn run_turn(State(state): State<AppState>, request: Request) -> Response {
     let max = state.inner.config.server.max_body;
-    let body = match read_body(request.into_body(), max).await {
+    let within = state.inner.config.gate.defaults.deadline;
+    let body = match read_body(request.into_body(), max, within).await {
         Ok(body) => body,
         Err(error) => return error.into_response(),
     };
@@ -68,7 +71,9 @@ pub(crate) async fn run_turn(State(state): State<AppState>, request: Request) ->
         Err(error) => return error.into_response(),
     };
     let inner = &state.inner;
-    let lease = inner.turns.lease(turn.turn_id.as_deref(), &inner.gate);
+    let lease = inner
+        .turn_registry
+        .lease(turn.turn_id.as_deref(), &inner.gate);
     let outcomes = join_all(turn.calls.iter().map(|call| {
         let engine_turn = &lease.turn;
         async move {
@@ -170,10 +175,20 @@ fn prepare(inner: &Inner, call: &CallRequest) -> Result<Call<Outbound>, Outcome>
         Value::Object(args) => args,
         _ => return Err(refuse("args must be a JSON object".to_owned())),
     };
-    let deadline = match call.deadline_ms {
-        Some(0) => return Err(refuse("deadline_ms must be at least 1".to_owned())),
-        Some(ms) => Some(inner.cap_deadline(Duration::from_millis(ms))),
+    let deadline = match call
+        .deadline_ms
+        .map(|ms| client_deadline(ms, inner.deadline_cap))
+    {
         None => None,
+        Some(Ok(deadline)) => Some(deadline),
+        Some(Err(Refused::Zero)) => {
+            return Err(refuse("deadline_ms must be at least 1".to_owned()));
+        }
+        Some(Err(Refused::TooLong(max))) => {
+            return Err(refuse(format!(
+                "deadline_ms must be at most {max} (the longest allowed duration)"
+            )));
+        }
     };
     let rendered = spec
         .render(args)
@@ -205,6 +220,9 @@ fn prepare(inner: &Inner, call: &CallRequest) -> Result<Call<Outbound>, Outcome>
     let mut prepared = Call::with_payload(&call.tool, payload);
     if let Some(deadline) = deadline {
         prepared = prepared.deadline(deadline);
+    }
+    if let Some(priority) = call.priority {
+        prepared = prepared.priority(priority);
     }
     Ok(prepared)
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod chunked;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use serde_json::Value;
 use sluice_fake::{Config as FakeConfig, FakeApi, FakeServer, Latency, Limits, RetryAfter};
-use sluice_server::{AppState, Config, app};
+use sluice_server::{AppState, SidecarConfig, app};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
@@ -87,17 +89,17 @@ idempotent = false
     )
 }
 
-pub fn config(base_url: &str, credential: &str, extra: &str) -> Config {
-    Config::from_toml(&toml(base_url, credential, extra), env).unwrap()
+pub fn config(base_url: &str, credential: &str, extra: &str) -> SidecarConfig {
+    SidecarConfig::from_toml(&toml(base_url, credential, extra), env).unwrap()
 }
 
 /// A seeded state for `config`.
-pub fn state(config: Config) -> AppState {
+pub fn state(config: SidecarConfig) -> AppState {
     AppState::with_seed(config, 7).unwrap()
 }
 
 /// The app for `config`.
-pub fn router(config: Config) -> Router {
+pub fn router(config: SidecarConfig) -> Router {
     app(state(config))
 }
 

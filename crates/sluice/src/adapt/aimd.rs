@@ -183,7 +183,7 @@ impl Aimd {
         while self
             .sent
             .front()
-            .is_some_and(|&t| t + 2 * MEASURE_WINDOW <= now)
+            .is_some_and(|&t| t.saturating_add(2 * MEASURE_WINDOW) <= now)
         {
             self.sent.pop_front();
         }

@@ -15,8 +15,102 @@ enum Algorithm {
     Gcra(Gcra),
 }
 
+impl Algorithm {
+    fn of(rate: Rate, burst: Option<NonZeroU32>) -> Self {
+        match burst {
+            None => Algorithm::Window(SlidingWindow::new(rate)),
+            Some(burst) => Algorithm::Gcra(Gcra::new(rate, burst)),
+        }
+    }
+
+    fn earliest(&mut self, now: Micros, floor: Micros, amount: u64) -> Micros {
+        match self {
+            Algorithm::Unlimited => floor.max(now),
+            Algorithm::Window(window) => window.earliest_for(now, floor, amount),
+            Algorithm::Gcra(gcra) => gcra.earliest_for(now, floor, amount),
+        }
+    }
+
+    fn charge(&mut self, at: Micros, amount: u64) -> Option<GcraUndo> {
+        match self {
+            Algorithm::Unlimited => None,
+            Algorithm::Window(window) => {
+                window.charge_n(at, amount);
+                None
+            }
+            Algorithm::Gcra(gcra) => Some(gcra.charge_n(at, amount)),
+        }
+    }
+
+    fn refund(&mut self, at: Micros, amount: u64, undo: Option<GcraUndo>) {
+        match (self, undo) {
+            (Algorithm::Window(window), _) => {
+                window.refund_n(at, amount);
+            }
+            (Algorithm::Gcra(gcra), Some(undo)) => gcra.refund(undo),
+            _ => {}
+        }
+    }
+
+    fn adjust(&mut self, at: Micros, delta: i64) {
+        match self {
+            Algorithm::Unlimited => {}
+            Algorithm::Window(window) if delta >= 0 => window.add_at(at, delta.unsigned_abs()),
+            Algorithm::Window(window) => {
+                window.refund_n(at, delta.unsigned_abs());
+            }
+            Algorithm::Gcra(gcra) => gcra.adjust(at, delta),
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        match self {
+            Algorithm::Unlimited => u64::MAX,
+            Algorithm::Window(window) => window.capacity(),
+            Algorithm::Gcra(gcra) => gcra.capacity(),
+        }
+    }
+
+    fn restart_empty(&mut self, until: Micros) {
+        match self {
+            Algorithm::Unlimited => {}
+            Algorithm::Window(window) => window.restart_empty(until),
+            Algorithm::Gcra(gcra) => gcra.restart_empty(until),
+        }
+    }
+
+    fn drop_future(&mut self, now: Micros) {
+        if let Algorithm::Window(window) = self {
+            window.drop_future(now);
+        }
+    }
+
+    fn is_idle(&self, now: Micros) -> bool {
+        match self {
+            Algorithm::Unlimited => true,
+            Algorithm::Window(window) => window.is_idle(now),
+            Algorithm::Gcra(gcra) => gcra.is_idle(now),
+        }
+    }
+
+    /// Spent in the window ending at `now`, and what is left of it.
+    fn usage(&self, now: Micros) -> Option<(u64, u64)> {
+        match self {
+            Algorithm::Unlimited => None,
+            Algorithm::Window(window) => {
+                let used = window.used(now);
+                Some((used, window.capacity().saturating_sub(used)))
+            }
+            Algorithm::Gcra(gcra) => {
+                let left = gcra.available(now);
+                Some((gcra.capacity().saturating_sub(left), left))
+            }
+        }
+    }
+}
+
 /// What the server last said about the current window: `remaining` starts
-/// until `reset_at`.
+/// (or units) until `reset_at`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ServerBudget {
     remaining: u64,
@@ -32,9 +126,11 @@ struct ServerBudget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reservation {
     start: Micros,
+    amount: u64,
     generation: u64,
-    gcra: Option<GcraUndo>,
-    server_charged: bool,
+    /// Undo records of the bucket windows, by window index.
+    gcra: Vec<(usize, GcraUndo)>,
+    server_charged: u64,
 }
 
 impl Reservation {
@@ -42,16 +138,49 @@ impl Reservation {
     pub fn start(&self) -> Micros {
         self.start
     }
+
+    /// What it spends (1 for a request, the cost in a unit).
+    pub fn amount(&self) -> u64 {
+        self.amount
+    }
 }
 
 /// No slot within the acceptable wait: the earliest start, nothing charged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotUntil(pub Micros);
 
+/// What sets a cell's earliest start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding {
+    /// Nothing: the start is as early as asked.
+    Free,
+    /// One of the cell's own windows, by index (0: the first rate).
+    Window(usize),
+    /// The server: a penalty, or nothing remaining until a reset.
+    Server,
+}
+
+/// One window's state for status: what it allows, what was spent in the
+/// window ending now, and what is left of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowUsage {
+    /// Spent in the window ending now.
+    pub used: u64,
+    /// Left of the window's count (the bucket's fill, for a bucket).
+    pub remaining: u64,
+}
+
 /// A limiter cell: pure state, `now` passed in. See the module docs.
+///
+/// It holds one or more windows that all hold at once (`rate = ["15/1s",
+/// "5000/1h"]`): the first can change at run time (a learned or probed
+/// rate), the others stay as configured. A start spends `amount` in each:
+/// 1 for a request, a call's cost in a unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimiterCell {
     algorithm: Algorithm,
+    /// Further windows, as configured.
+    extra: Vec<Algorithm>,
     /// No start before this (a server penalty).
     penalty_until: Micros,
     server: Option<ServerBudget>,
@@ -62,11 +191,21 @@ pub struct LimiterCell {
 impl LimiterCell {
     /// An exact sliding window (`burst` unset) or GCRA (`burst` set).
     pub fn new(rate: Rate, burst: Option<NonZeroU32>) -> Self {
-        let algorithm = match burst {
-            None => Algorithm::Window(SlidingWindow::new(rate)),
-            Some(burst) => Algorithm::Gcra(Gcra::new(rate, burst)),
+        Self::with(Algorithm::of(rate, burst))
+    }
+
+    /// Several windows at once: the first (GCRA when `burst` is set), then
+    /// the rest as exact sliding windows. Unlimited when `rates` is empty.
+    pub fn windows(rates: &[Rate], burst: Option<NonZeroU32>) -> Self {
+        let Some((first, rest)) = rates.split_first() else {
+            return Self::unlimited();
         };
-        Self::with(algorithm)
+        let mut cell = Self::new(*first, burst);
+        cell.extra = rest
+            .iter()
+            .map(|rate| Algorithm::Window(SlidingWindow::new(*rate)))
+            .collect();
+        cell
     }
 
     /// A cell with no rate of its own: it only follows the server's signals.
@@ -77,6 +216,7 @@ impl LimiterCell {
     fn with(algorithm: Algorithm) -> Self {
         LimiterCell {
             algorithm,
+            extra: Vec::new(),
             penalty_until: 0,
             server: None,
             generation: 0,
@@ -85,24 +225,66 @@ impl LimiterCell {
 
     /// The earliest start at or after `now`, charging nothing.
     pub fn earliest(&mut self, now: Micros) -> Micros {
-        self.earliest_after(now, now)
+        self.earliest_after(now, now, 1).0
     }
 
-    /// The earliest start at or after `max(now, not_before)`, charging nothing.
-    fn earliest_after(&mut self, now: Micros, not_before: Micros) -> Micros {
+    /// The earliest start spending `amount` at or after `max(now,
+    /// not_before)`, charging nothing, and what sets it.
+    pub fn earliest_for(
+        &mut self,
+        now: Micros,
+        not_before: Micros,
+        amount: u64,
+    ) -> (Micros, Binding) {
+        self.earliest_after(now, not_before, amount)
+    }
+
+    /// True when a start spending `amount` can ever fit every window.
+    pub fn fits(&self, amount: u64) -> bool {
+        amount <= self.capacity()
+    }
+
+    /// The most one start can spend: the smallest window's count (or burst).
+    pub fn capacity(&self) -> u64 {
+        std::iter::once(&self.algorithm)
+            .chain(&self.extra)
+            .map(Algorithm::capacity)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    fn earliest_after(
+        &mut self,
+        now: Micros,
+        not_before: Micros,
+        amount: u64,
+    ) -> (Micros, Binding) {
         self.expire(now);
         let server = match self.server {
-            Some(budget) if budget.remaining == 0 => budget.reset_at,
+            Some(budget) if budget.remaining < amount.max(1) => budget.reset_at,
             _ => now,
         };
         // Every limit below only moves a start later, so apply the fixed
-        // ones first and let the algorithm place the start after them.
-        let floor = not_before.max(server).max(self.penalty_until);
-        match &mut self.algorithm {
-            Algorithm::Unlimited => floor.max(now),
-            Algorithm::Window(window) => window.earliest(now, floor),
-            Algorithm::Gcra(gcra) => gcra.earliest(now, floor),
+        // ones first and let each window place the start after them. Each
+        // window's earliest is max(floor, a bound of its own), so one pass
+        // over them finds the start they all allow.
+        let asked = not_before.max(now);
+        let floor = asked.max(server).max(self.penalty_until);
+        let mut binding = if floor > asked {
+            Binding::Server
+        } else {
+            Binding::Free
+        };
+        let mut at = floor;
+        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
+        for (index, window) in windows.enumerate() {
+            let earliest = window.earliest(now, floor, amount);
+            if earliest > at {
+                at = earliest;
+                binding = Binding::Window(index);
+            }
         }
+        (at, binding)
     }
 
     /// Reserves the earliest start at or after `max(now, not_before)` if it is
@@ -113,31 +295,49 @@ impl LimiterCell {
         not_before: Micros,
         max_wait: Micros,
     ) -> Result<Reservation, NotUntil> {
-        let start = self.earliest_after(now, not_before);
+        self.reserve_n(now, not_before, max_wait, 1)
+    }
+
+    /// [`LimiterCell::reserve`] for a start spending `amount` in every window.
+    pub fn reserve_n(
+        &mut self,
+        now: Micros,
+        not_before: Micros,
+        max_wait: Micros,
+        amount: u64,
+    ) -> Result<Reservation, NotUntil> {
+        let (start, _) = self.earliest_after(now, not_before, amount);
         if start - now > max_wait {
             return Err(NotUntil(start));
         }
-        let gcra = match &mut self.algorithm {
-            Algorithm::Unlimited => None,
-            Algorithm::Window(window) => {
-                window.charge(start);
-                None
+        Ok(self.charge_at(start, amount))
+    }
+
+    /// Charges a start spending `amount` at `start`, which an
+    /// [`LimiterCell::earliest_for`] of at most `start` allowed.
+    pub fn charge_at(&mut self, start: Micros, amount: u64) -> Reservation {
+        let mut gcra = Vec::new();
+        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
+        for (index, window) in windows.enumerate() {
+            if let Some(undo) = window.charge(start, amount) {
+                gcra.push((index, undo));
             }
-            Algorithm::Gcra(gcra) => Some(gcra.charge(start)),
-        };
+        }
         let server_charged = match &mut self.server {
             Some(budget) if start < budget.reset_at => {
-                budget.remaining = budget.remaining.saturating_sub(1);
-                true
+                let charged = budget.remaining.min(amount);
+                budget.remaining -= charged;
+                charged
             }
-            _ => false,
+            _ => 0,
         };
-        Ok(Reservation {
+        Reservation {
             start,
+            amount,
             generation: self.generation,
             gcra,
             server_charged,
-        })
+        }
     }
 
     /// Gives back a reservation that was not used. A voided one is ignored.
@@ -145,18 +345,41 @@ impl LimiterCell {
         if reservation.generation != self.generation {
             return;
         }
-        match (&mut self.algorithm, reservation.gcra) {
-            (Algorithm::Window(window), _) => {
-                window.refund(reservation.start);
-            }
-            (Algorithm::Gcra(gcra), Some(undo)) => gcra.refund(undo),
-            _ => {}
+        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
+        for (index, window) in windows.enumerate() {
+            let undo = reservation
+                .gcra
+                .iter()
+                .find(|(at, _)| *at == index)
+                .map(|(_, undo)| *undo);
+            window.refund(reservation.start, reservation.amount, undo);
         }
-        if reservation.server_charged
+        if reservation.server_charged > 0
             && let Some(budget) = &mut self.server
             && reservation.start < budget.reset_at
         {
-            budget.remaining += 1;
+            budget.remaining += reservation.server_charged;
+        }
+    }
+
+    /// The true-up of a start at `start`: `delta` more was spent there
+    /// (negative: less), in every window and in the server's budget.
+    pub fn adjust(&mut self, start: Micros, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
+        for window in windows {
+            window.adjust(start, delta);
+        }
+        if let Some(budget) = &mut self.server
+            && start < budget.reset_at
+        {
+            budget.remaining = if delta > 0 {
+                budget.remaining.saturating_sub(delta.unsigned_abs())
+            } else {
+                budget.remaining.saturating_add(delta.unsigned_abs())
+            };
         }
     }
 
@@ -174,11 +397,9 @@ impl LimiterCell {
         }
         self.void_waiting(now);
         self.penalty_until = self.penalty_until.max(until);
-        match &mut self.algorithm {
-            Algorithm::Unlimited => {}
-            Algorithm::Window(window) => window.restart_empty(until),
-            Algorithm::Gcra(gcra) => gcra.restart_empty(until),
-        }
+        // Only the first window (the rate in force) restarts empty: the
+        // longer ones keep what they counted, which still binds.
+        self.algorithm.restart_empty(until);
     }
 
     /// The server said `remaining` starts are left until `reset_at`. The newest
@@ -199,12 +420,14 @@ impl LimiterCell {
 
     fn void_waiting(&mut self, now: Micros) {
         self.generation += 1;
-        if let Algorithm::Window(window) = &mut self.algorithm {
+        self.algorithm.drop_future(now);
+        for window in &mut self.extra {
             window.drop_future(now);
         }
     }
 
-    /// Changes the cell's own limit at run time (`None`: follow the server only).
+    /// Changes the cell's first limit at run time (`None`: follow the
+    /// server and the further windows only).
     pub fn set_limit(&mut self, rate: Option<Rate>, burst: Option<NonZeroU32>) {
         self.algorithm = match (&mut self.algorithm, rate, burst) {
             (_, None, _) => Algorithm::Unlimited,
@@ -216,8 +439,7 @@ impl LimiterCell {
                 gcra.set_rate(rate, burst);
                 return;
             }
-            (_, Some(rate), None) => Algorithm::Window(SlidingWindow::new(rate)),
-            (_, Some(rate), Some(burst)) => Algorithm::Gcra(Gcra::new(rate, burst)),
+            (_, Some(rate), burst) => Algorithm::of(rate, burst),
         };
     }
 
@@ -238,13 +460,23 @@ impl LimiterCell {
             .map(|budget| (budget.remaining, budget.reset_at))
     }
 
+    /// Each window's use at `now`, first window first (`None`: no rate of its own).
+    pub fn usage(&self, now: Micros) -> Vec<Option<WindowUsage>> {
+        std::iter::once(&self.algorithm)
+            .chain(&self.extra)
+            .map(|window| {
+                window
+                    .usage(now)
+                    .map(|(used, remaining)| WindowUsage { used, remaining })
+            })
+            .collect()
+    }
+
     /// True when the cell is indistinguishable from a fresh one from `now` on.
     pub fn is_idle(&self, now: Micros) -> bool {
-        let own = match &self.algorithm {
-            Algorithm::Unlimited => true,
-            Algorithm::Window(window) => window.is_idle(now),
-            Algorithm::Gcra(gcra) => gcra.is_idle(now),
-        };
+        let own = std::iter::once(&self.algorithm)
+            .chain(&self.extra)
+            .all(|window| window.is_idle(now));
         own && self.penalty_until <= now && self.server.is_none_or(|b| b.reset_at <= now)
     }
 
@@ -320,6 +552,48 @@ mod tests {
         let r = c.reserve(0, 0, 0).unwrap();
         c.refund(&r);
         assert!(c.reserve(0, 0, 0).is_ok());
+    }
+
+    #[test]
+    fn every_window_holds_and_names_the_one_that_binds() {
+        let mut c =
+            LimiterCell::windows(&["2/1s".parse().unwrap(), "3/10s".parse().unwrap()], None);
+        let starts: Vec<Micros> = (0..3)
+            .map(|_| c.reserve(0, 0, 20_000 * MS).unwrap().start())
+            .collect();
+        // Two in the first second, the third a second later; then the
+        // ten-second window binds.
+        assert_eq!(starts, [0, 0, 1_000 * MS]);
+        assert_eq!(c.earliest_for(0, 0, 1), (10_000 * MS, Binding::Window(1)));
+        assert_eq!(c.reserve(0, 0, 5_000 * MS), Err(NotUntil(10_000 * MS)));
+    }
+
+    #[test]
+    fn costs_spend_every_window_and_true_up_at_the_start() {
+        let mut c = LimiterCell::windows(
+            &["100/1s".parse().unwrap(), "150/1m".parse().unwrap()],
+            None,
+        );
+        assert!(c.fits(100) && !c.fits(101));
+        let r = c.reserve_n(0, 0, 0, 80).unwrap();
+        assert_eq!(r.amount(), 80);
+        // 30 more must wait for the 80 to leave the one-second window.
+        assert_eq!(c.earliest_for(0, 0, 30), (1_000 * MS, Binding::Window(0)));
+        // The call really spent 20: 60 back, at its start.
+        c.adjust(r.start(), -60);
+        assert_eq!(c.earliest_for(0, 0, 30).0, 0);
+        // An over-spend is charged there too.
+        c.adjust(r.start(), 110);
+        assert_eq!(c.earliest_for(0, 0, 30), (60_000 * MS, Binding::Window(1)));
+    }
+
+    #[test]
+    fn a_server_budget_counts_costs() {
+        let mut c = LimiterCell::unlimited();
+        c.sync(100, 1_000 * MS, 0);
+        assert!(c.reserve_n(0, 0, 0, 60).is_ok());
+        assert_eq!(c.reserve_n(0, 0, 0, 60), Err(NotUntil(1_000 * MS)));
+        assert!(c.reserve_n(0, 0, 0, 40).is_ok());
     }
 
     #[test]

@@ -46,17 +46,51 @@ impl Gcra {
 
     /// The earliest start at or after `max(now, not_before)`.
     pub fn earliest(&self, now: Micros, not_before: Micros) -> Micros {
-        now.max(not_before).max(self.tat.saturating_sub(self.tau))
+        self.earliest_for(now, not_before, 1)
+    }
+
+    /// The earliest start spending `amount` (at most the burst): the
+    /// bucket must hold all of it at once.
+    pub fn earliest_for(&self, now: Micros, not_before: Micros, amount: u64) -> Micros {
+        let extra = self.interval.saturating_mul(amount.saturating_sub(1));
+        now.max(not_before)
+            .max(self.tat.saturating_add(extra).saturating_sub(self.tau))
+    }
+
+    /// The most one start may spend: the burst.
+    pub fn capacity(&self) -> u64 {
+        self.tau / self.interval + 1
     }
 
     /// Records a start at `at`.
     pub fn charge(&mut self, at: Micros) -> GcraUndo {
+        self.charge_n(at, 1)
+    }
+
+    /// Records a start at `at` spending `amount`.
+    pub fn charge_n(&mut self, at: Micros, amount: u64) -> GcraUndo {
         let before = self.tat;
-        self.tat = self.tat.max(at).saturating_add(self.interval);
+        if amount > 0 {
+            self.tat = self
+                .tat
+                .max(at)
+                .saturating_add(self.interval.saturating_mul(amount));
+        }
         GcraUndo {
             before,
             after: self.tat,
         }
+    }
+
+    /// The true-up of a start at `at`: `more` spent (positive) or given
+    /// back (negative). A refund never moves the bucket back before `at`.
+    pub fn adjust(&mut self, at: Micros, delta: i64) {
+        let shift = self.interval.saturating_mul(delta.unsigned_abs());
+        self.tat = if delta >= 0 {
+            self.tat.max(at).saturating_add(shift)
+        } else {
+            self.tat.saturating_sub(shift).max(at)
+        };
     }
 
     /// Gives a start back, exactly, when nothing was charged since. A slot
@@ -88,8 +122,9 @@ impl Gcra {
 
     /// Starts the bucket could take at once at `now` (for status).
     pub fn available(&self, now: Micros) -> u64 {
-        let spare = (now + self.tau).saturating_sub(self.tat.max(now));
-        spare / self.interval + u64::from(self.tat <= now + self.tau)
+        let horizon = now.saturating_add(self.tau);
+        let spare = horizon.saturating_sub(self.tat.max(now));
+        spare / self.interval + u64::from(self.tat <= horizon)
     }
 }
 
@@ -142,6 +177,18 @@ mod tests {
         g.refund(first);
         // Refunding the first must not let a third start at 100 ms.
         assert_eq!(g.earliest(0, 0), 200_000);
+    }
+
+    #[test]
+    fn costs_need_the_bucket_to_hold_them() {
+        let mut g = Gcra::new("10/1s".parse().unwrap(), nz(5));
+        assert_eq!(g.capacity(), 5);
+        g.charge_n(0, 4);
+        // One left now; three more need two intervals.
+        assert_eq!(g.earliest_for(0, 0, 1), 0);
+        assert_eq!(g.earliest_for(0, 0, 3), 200_000);
+        g.adjust(0, -2);
+        assert_eq!(g.earliest_for(0, 0, 3), 0);
     }
 
     #[test]

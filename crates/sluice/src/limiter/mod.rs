@@ -8,7 +8,7 @@ mod cell;
 mod gcra;
 mod window;
 
-pub use cell::{LimiterCell, NotUntil, Reservation};
+pub use cell::{Binding, LimiterCell, NotUntil, Reservation, WindowUsage};
 pub use gcra::Gcra;
 pub use window::SlidingWindow;
 

@@ -1,100 +1,181 @@
-//! The exact sliding window: at most N starts in any window of length W.
+//! The exact sliding window: at most N spent in any window of length W.
 
 use std::collections::VecDeque;
 
 use super::{Micros, micros};
 use crate::Rate;
 
-/// A log of recent (and reserved future) start times.
+/// A log of recent (and reserved future) starts, each with what it spent.
 ///
 /// A start at `t` occupies every window `(t' - W, t']` with `t' >= t`. A new
 /// start is only ever appended at or after the latest logged one, so the
 /// binding window is the one ending at the new start: it may begin only once
-/// the N-th most recent start has left it.
+/// enough of the oldest spending has left it for its own to fit. A request
+/// spends 1; a call in a unit spends its cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingWindow {
-    count: usize,
+    count: u64,
     window: Micros,
-    /// Sorted ascending.
-    starts: VecDeque<Micros>,
+    /// Sorted ascending by time; every amount is at least 1.
+    starts: VecDeque<(Micros, u64)>,
+    /// The sum of the amounts in `starts`, so that a window with room
+    /// answers without walking its log.
+    logged: u64,
 }
 
 impl SlidingWindow {
     /// An empty window for `rate`.
     pub fn new(rate: Rate) -> Self {
         SlidingWindow {
-            count: rate.count().get() as usize,
+            count: u64::from(rate.count().get()),
             window: micros(rate.window()),
             starts: VecDeque::new(),
+            logged: 0,
         }
+    }
+
+    /// The most one start may spend: the window's count.
+    pub fn capacity(&self) -> u64 {
+        self.count
     }
 
     /// The earliest start at or after `max(now, not_before)` that keeps the promise.
     pub fn earliest(&mut self, now: Micros, not_before: Micros) -> Micros {
+        self.earliest_for(now, not_before, 1)
+    }
+
+    /// The earliest start spending `amount` (at most the count) at or after
+    /// `max(now, not_before)` that keeps the promise.
+    pub fn earliest_for(&mut self, now: Micros, not_before: Micros, amount: u64) -> Micros {
         self.prune(now);
         let mut at = now.max(not_before);
-        if let Some(&last) = self.starts.back() {
+        if let Some(&(last, _)) = self.starts.back() {
             at = at.max(last);
         }
-        if self.starts.len() >= self.count {
-            let nth_latest = self.starts[self.starts.len() - self.count];
-            at = at.max(nth_latest.saturating_add(self.window));
+        if amount == 0 {
+            return at;
+        }
+        // The newest start that does not fit with everything newer than it
+        // must leave the window first. With room for all that is
+        // logged there is none; otherwise it is the start at which the
+        // spending counted from the oldest reaches the excess, so the walk
+        // covers only what must leave, not the whole log.
+        let room = self.count.saturating_sub(amount);
+        let Some(excess) = self.logged.checked_sub(room).filter(|&e| e > 0) else {
+            return at;
+        };
+        let mut older: u64 = 0;
+        for &(start, spent) in &self.starts {
+            older = older.saturating_add(spent);
+            if older >= excess {
+                return at.max(start.saturating_add(self.window));
+            }
         }
         at
     }
 
     /// Records a start at `at`, which must be `>= earliest(now)`.
     pub fn charge(&mut self, at: Micros) {
+        self.charge_n(at, 1);
+    }
+
+    /// Records a start at `at` spending `amount`; nothing for 0.
+    pub fn charge_n(&mut self, at: Micros, amount: u64) {
+        if amount == 0 {
+            return;
+        }
+        self.logged = self.logged.saturating_add(amount);
         // Callers charge at an `earliest` result, never before the latest
         // start: an append. Virtual starts may land earlier; keep it sorted.
-        if self.starts.back().is_none_or(|&last| last <= at) {
-            self.starts.push_back(at);
+        if self.starts.back().is_none_or(|&(last, _)| last <= at) {
+            self.starts.push_back((at, amount));
         } else {
-            let index = self.starts.partition_point(|&start| start <= at);
-            self.starts.insert(index, at);
+            let index = self.starts.partition_point(|&(start, _)| start <= at);
+            self.starts.insert(index, (at, amount));
         }
     }
 
     /// Removes one start recorded at `at`; false when there is none.
     pub fn refund(&mut self, at: Micros) -> bool {
-        match self.starts.iter().rposition(|&start| start == at) {
+        self.refund_n(at, 1)
+    }
+
+    /// Removes `amount` spent at `at` (a start of that amount, or part of
+    /// a larger one); false when nothing was spent there.
+    pub fn refund_n(&mut self, at: Micros, amount: u64) -> bool {
+        if amount == 0 {
+            return true;
+        }
+        let exact = self
+            .starts
+            .iter()
+            .rposition(|&(start, spent)| start == at && spent == amount);
+        let any = || self.starts.iter().rposition(|&(start, _)| start == at);
+        match exact.or_else(any) {
             Some(index) => {
-                self.starts.remove(index);
+                let spent = &mut self.starts[index].1;
+                if *spent <= amount {
+                    self.logged = self.logged.saturating_sub(*spent);
+                    self.starts.remove(index);
+                } else {
+                    *spent -= amount;
+                    self.logged = self.logged.saturating_sub(amount);
+                }
                 true
             }
             None => false,
         }
     }
 
+    /// The true-up of a start at `at`: `amount` more spent there (a start
+    /// of its own, so that a later refund of the estimate still finds it).
+    pub fn add_at(&mut self, at: Micros, amount: u64) {
+        self.charge_n(at, amount);
+    }
+
     /// Forgets reserved starts after `now`: their callers were told to re-reserve.
     pub fn drop_future(&mut self, now: Micros) {
-        while self.starts.back().is_some_and(|&start| start > now) {
-            self.starts.pop_back();
+        while self.starts.back().is_some_and(|&(start, _)| start > now) {
+            if let Some((_, spent)) = self.starts.pop_back() {
+                self.logged = self.logged.saturating_sub(spent);
+            }
         }
     }
 
     /// Treats the window as full, draining at the steady rate from `until`:
-    /// the window ending at `until` is topped up to N starts with virtual
-    /// ones, placed one interval apart at its end, so the next starts come
-    /// one interval apart. Real starts already logged stay (the promise
-    /// still covers them) and count towards the N.
+    /// the window ending at `until` is topped up to N with virtual spending
+    /// placed in evenly spaced steps at its end, so that the next starts
+    /// come at the steady rate. Real starts already logged stay (the
+    /// promise still covers them) and count towards the N. Large counts
+    /// (units) are topped up in at most 8,192 steps.
     pub fn restart_empty(&mut self, until: Micros) {
-        let interval = self.window / self.count as Micros;
         let from = until.saturating_sub(self.window);
-        let logged = self
+        let logged: u64 = self
             .starts
             .iter()
-            .filter(|&&start| start > from && start <= until)
-            .count();
-        // The k-th virtual start leaves the window at `until + k·interval`.
-        for k in logged..self.count {
-            self.charge(from.saturating_add(k as Micros * interval));
+            .filter(|&&(start, _)| start > from && start <= until)
+            .map(|&(_, spent)| spent)
+            .sum();
+        let missing = self.count.saturating_sub(logged);
+        if missing == 0 {
+            return;
+        }
+        let steps = missing.min(MAX_VIRTUAL);
+        let interval = self.window / self.count;
+        let per_step = missing / steps;
+        let extra = missing % steps;
+        // Step k holds what leaves the window at `until + k·interval·per_step`.
+        let mut offset = logged;
+        for k in 0..steps {
+            let amount = per_step + u64::from(k < extra);
+            self.charge_n(from.saturating_add(offset.saturating_mul(interval)), amount);
+            offset += amount;
         }
     }
 
     /// Changes N and W; starts already logged keep counting.
     pub fn set_rate(&mut self, rate: Rate) {
-        self.count = rate.count().get() as usize;
+        self.count = u64::from(rate.count().get());
         self.window = micros(rate.window());
     }
 
@@ -102,28 +183,35 @@ impl SlidingWindow {
     pub fn is_idle(&self, now: Micros) -> bool {
         self.starts
             .back()
-            .is_none_or(|&last| last.saturating_add(self.window) <= now)
+            .is_none_or(|&(last, _)| last.saturating_add(self.window) <= now)
     }
 
-    /// Starts logged in the window ending at `now` (for status).
-    pub fn used(&self, now: Micros) -> usize {
-        let from = now.saturating_sub(self.window);
+    /// Spent in the window ending at `now` (for status).
+    pub fn used(&self, now: Micros) -> u64 {
         self.starts
             .iter()
-            .filter(|&&start| start > from && start <= now)
-            .count()
+            .filter(|&&(start, _)| start.saturating_add(self.window) > now && start <= now)
+            .map(|&(_, spent)| spent)
+            .sum()
     }
 
     fn prune(&mut self, now: Micros) {
         while self
             .starts
             .front()
-            .is_some_and(|&start| start.saturating_add(self.window) <= now)
+            .is_some_and(|&(start, _)| start.saturating_add(self.window) <= now)
         {
-            self.starts.pop_front();
+            if let Some((_, spent)) = self.starts.pop_front() {
+                self.logged = self.logged.saturating_sub(spent);
+            }
         }
     }
 }
+
+/// The most virtual starts one restart adds: request windows up to this
+/// count are paced one start apart, as before; a larger count (90,000
+/// tokens) is topped up in this many steps rather than 90,000 entries.
+const MAX_VIRTUAL: u64 = 8_192;
 
 #[cfg(test)]
 mod tests {
@@ -180,5 +268,105 @@ mod tests {
         w.charge(500);
         w.drop_future(100);
         assert_eq!(w.used(100), 1);
+    }
+
+    #[test]
+    fn costs_wait_until_enough_has_left_the_window() {
+        let mut w = window("100/1s");
+        w.charge_n(0, 60);
+        w.charge_n(100_000, 30);
+        // 10 fit now; 40 need the 60 spent at 0 to leave.
+        assert_eq!(w.earliest_for(200_000, 0, 10), 200_000);
+        assert_eq!(w.earliest_for(200_000, 0, 40), 1_000_000);
+        // 80 need both to leave.
+        assert_eq!(w.earliest_for(200_000, 0, 80), 1_100_000);
+        assert_eq!(w.used(200_000), 90);
+    }
+
+    #[test]
+    fn a_true_up_refunds_or_charges_at_the_start() {
+        let mut w = window("100/1s");
+        w.charge_n(0, 50);
+        assert!(w.refund_n(0, 30));
+        assert_eq!(w.used(0), 20);
+        w.add_at(0, 70);
+        assert_eq!(w.used(0), 90);
+        assert_eq!(w.earliest_for(10, 0, 20), 1_000_000);
+    }
+
+    #[test]
+    fn restart_empty_of_a_large_unit_stays_small() {
+        let mut w = window("90000/1m");
+        w.restart_empty(60_000_000);
+        assert!(w.starts.len() <= MAX_VIRTUAL as usize);
+        assert_eq!(
+            w.starts.iter().map(|&(_, spent)| spent).sum::<u64>(),
+            90_000
+        );
+        assert_eq!(
+            w.earliest_for(60_000_000, 0, 90_000),
+            89_990 * 666 + 60_000_000
+        );
+    }
+
+    /// The walk from the newest start, as the log was read before it kept
+    /// a total: the reference the faster answer must agree with.
+    fn earliest_by_walking(
+        w: &SlidingWindow,
+        now: Micros,
+        not_before: Micros,
+        amount: u64,
+    ) -> Micros {
+        let mut pruned = w.clone();
+        pruned.prune(now);
+        let mut at = now.max(not_before);
+        if let Some(&(last, _)) = pruned.starts.back() {
+            at = at.max(last);
+        }
+        let room = pruned.count.saturating_sub(amount);
+        let mut newer = 0u64;
+        for &(start, spent) in pruned.starts.iter().rev() {
+            newer += spent;
+            if newer > room {
+                return at.max(start + pruned.window);
+            }
+        }
+        at
+    }
+
+    #[test]
+    fn the_running_total_agrees_with_walking_the_log() {
+        let mut w = window("20/1s");
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut now: Micros = 0;
+        let mut charged = vec![];
+        for _ in 0..20_000 {
+            now += next() % 40_000;
+            let amount = 1 + next() % 5;
+            match next() % 4 {
+                0 | 1 => {
+                    let at = w.earliest_for(now, 0, amount);
+                    assert_eq!(at, earliest_by_walking(&w, now, 0, amount));
+                    w.charge_n(at, amount);
+                    charged.push((at, amount));
+                }
+                2 => {
+                    if let Some((at, amount)) = charged.pop() {
+                        w.refund_n(at, amount);
+                    }
+                }
+                _ => w.drop_future(now),
+            }
+            assert_eq!(
+                w.logged,
+                w.starts.iter().map(|&(_, spent)| spent).sum::<u64>()
+            );
+        }
     }
 }

@@ -2,11 +2,20 @@
 //! concurrency semaphore, bounded admission queue and statistics.
 
 mod admission;
+mod crowding;
 mod drain;
 mod registry;
+mod sent;
+mod shadow;
+mod spend;
 mod state;
 
+pub(crate) use admission::AdmittedNow;
+pub(crate) use admission::Permit;
 pub use drain::drain_estimate;
 pub(crate) use registry::Registry;
+pub use shadow::ShadowStatus;
+pub(crate) use spend::{Ask, Deferred, Ticket};
+pub use spend::{UnitStatus, WindowStatus};
 pub use state::ScopeStatus;
-pub(crate) use state::{Adapted, Scope};
+pub(crate) use state::{Adapted, Held, Scope};

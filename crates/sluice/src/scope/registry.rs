@@ -1,13 +1,16 @@
 //! The map of live scopes, keyed by credential then scope name; idle scopes are evicted.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use super::Scope;
+use crate::hash::FastMap;
 use crate::limiter::Micros;
 
 /// Scopes by credential, then by scope name.
-type Map = HashMap<Arc<str>, HashMap<Arc<str>, Arc<Scope>>>;
+type Map = FastMap<Arc<str>, FastMap<Arc<str>, Arc<Scope>>>;
 
 /// Scopes examined for eviction per look-up. Each look-up creates at most
 /// one scope and examines two, so idle scopes leave at least as fast as new
@@ -23,29 +26,27 @@ const EXAMINED_PER_LOOKUP: usize = 2;
 /// 100,000 keys, hold the lock for milliseconds while every call waits.
 #[derive(Debug)]
 pub(crate) struct Registry {
-    inner: Mutex<Inner>,
+    table: Mutex<Table>,
     idle: Micros,
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+struct Table {
     map: Map,
-    /// `(credential, scope)` of every live scope, once each.
-    ring: VecDeque<(Arc<str>, Arc<str>)>,
+    /// Every live scope, once each: examined without a look-up.
+    ring: VecDeque<Arc<Scope>>,
 }
 
 impl Registry {
     pub(crate) fn new(idle: Micros) -> Self {
         Registry {
-            inner: Mutex::new(Inner::default()),
+            table: Mutex::new(Table::default()),
             idle,
         }
     }
 
-    fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock()
     }
 
     /// The scope `(credential, name)`, created by `make` if absent.
@@ -56,9 +57,9 @@ impl Registry {
         now: Micros,
         make: impl FnOnce() -> Scope,
     ) -> Arc<Scope> {
-        let mut inner = self.inner();
-        inner.examine(now, self.idle);
-        let Inner { map, ring } = &mut *inner;
+        let mut table = self.table();
+        table.examine(now, self.idle);
+        let Table { map, ring } = &mut *table;
         let scopes = match map.get_mut(credential) {
             Some(scopes) => scopes,
             None => map.entry(Arc::from(credential)).or_default(),
@@ -68,7 +69,7 @@ impl Registry {
             None => {
                 let scope = Arc::new(make());
                 scopes.insert(scope.name.clone(), scope.clone());
-                ring.push_back((scope.credential.clone(), scope.name.clone()));
+                ring.push_back(scope.clone());
                 scope
             }
         };
@@ -78,18 +79,18 @@ impl Registry {
 
     /// The scope if it exists; never creates one.
     pub(crate) fn find(&self, credential: &str, name: &str) -> Option<Arc<Scope>> {
-        self.inner().map.get(credential)?.get(name).cloned()
+        self.table().map.get(credential)?.get(name).cloned()
     }
 
     /// Number of scopes a credential has now.
     pub(crate) fn count(&self, credential: &str) -> usize {
-        self.inner().map.get(credential).map_or(0, HashMap::len)
+        self.table().map.get(credential).map_or(0, HashMap::len)
     }
 
     /// Every live scope.
     pub(crate) fn all(&self) -> Vec<Arc<Scope>> {
-        let inner = self.inner();
-        let map = &inner.map;
+        let table = self.table();
+        let map = &table.map;
         let mut scopes: Vec<_> = map
             .values()
             .flat_map(|scopes| scopes.values().cloned())
@@ -100,33 +101,29 @@ impl Registry {
 
     /// Total number of live scopes.
     pub(crate) fn len(&self) -> usize {
-        self.inner().map.values().map(HashMap::len).sum()
+        self.table().map.values().map(HashMap::len).sum()
     }
 }
 
-impl Inner {
+impl Table {
     /// Examines the next scopes of the ring: forgets those idle and
     /// unheld, sends the others round again.
     fn examine(&mut self, now: Micros, idle: Micros) {
         for _ in 0..EXAMINED_PER_LOOKUP.min(self.ring.len()) {
-            let Some((credential, name)) = self.ring.pop_front() else {
+            let Some(scope) = self.ring.pop_front() else {
                 return;
             };
-            let Some(scopes) = self.map.get_mut(&credential) else {
-                continue;
-            };
-            let Some(scope) = scopes.get(&name) else {
-                continue;
-            };
             // Holding the lock, no new reference can be handed out, so a
-            // count of one means only the map holds it.
-            if Arc::strong_count(scope) == 1 && scope.is_evictable(now, idle) {
-                scopes.remove(&name);
-                if scopes.is_empty() {
-                    self.map.remove(&credential);
+            // count of two means only the map and the ring hold it.
+            if Arc::strong_count(&scope) == 2 && scope.is_evictable(now, idle) {
+                if let Some(scopes) = self.map.get_mut(&*scope.credential) {
+                    scopes.remove(&*scope.name);
+                    if scopes.is_empty() {
+                        self.map.remove(&*scope.credential);
+                    }
                 }
             } else {
-                self.ring.push_back((credential, name));
+                self.ring.push_back(scope);
             }
         }
     }
@@ -201,7 +198,7 @@ mod tests {
         assert_eq!(registry.count("a"), 0);
         let again = get(&registry, "a", later);
         assert_eq!(registry.len(), 2);
-        assert_eq!(registry.inner().ring.len(), 2);
+        assert_eq!(registry.table().ring.len(), 2);
         assert_eq!(again.status(later).scope, "api_key");
     }
 }

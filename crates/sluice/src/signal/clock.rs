@@ -67,6 +67,18 @@ impl ResponseClock {
         self.until(UNIX_EPOCH.checked_add(seconds)?)
     }
 
+    /// The delay until the next midnight at a fixed offset from UTC (in
+    /// seconds, west negative), as quotas that reset daily say it.
+    pub fn until_next_midnight(&self, utc_offset_s: i64) -> Option<Duration> {
+        let now = self.reference.duration_since(UNIX_EPOCH).ok()?;
+        let local = i64::try_from(now.as_secs())
+            .ok()?
+            .checked_add(utc_offset_s)?;
+        let next = (local.div_euclid(86_400) + 1) * 86_400 - utc_offset_s;
+        let seconds = u64::try_from(next).ok()?;
+        self.until_epoch(Duration::from_secs(seconds))
+    }
+
     /// The delay until an RFC 3339 / ISO 8601 timestamp with an offset.
     pub fn until_rfc3339(&self, text: &str) -> Option<Duration> {
         let timestamp: jiff::Timestamp = text.trim().parse().ok()?;

@@ -17,9 +17,15 @@ pub struct Fields<'a> {
 /// checks by recording what the profiles ask for. A response with no such
 /// field skips the profiles.
 pub(crate) fn may_carry_signal(name: &str) -> bool {
-    ["ratelimit", "rate-limit", "retry-after", "call-limit"]
-        .iter()
-        .any(|part| name.contains(part))
+    [
+        "ratelimit",
+        "rate-limit",
+        "retry-after",
+        "call-limit",
+        "limit-info",
+    ]
+    .iter()
+    .any(|part| name.contains(part))
 }
 
 /// Longest header value a profile will look at; anything longer is noise.
@@ -133,9 +139,36 @@ pub(crate) fn parse_integer(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
+/// A count as some servers send it: an integer, or a float with a fraction
+/// (`"0.0"`, `"41.5"`), rounded down (a fraction of a request is not one
+/// that may be sent).
+pub(crate) fn parse_count(text: &str) -> Option<u64> {
+    let text = text.trim();
+    match text.split_once('.') {
+        Some((whole, fraction))
+            if !whole.is_empty() && fraction.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            parse_integer(whole)
+        }
+        Some(_) => None,
+        None => parse_integer(text),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_may_be_floats() {
+        assert_eq!(parse_count("0.0"), Some(0));
+        assert_eq!(parse_count("41.9"), Some(41));
+        assert_eq!(parse_count("7"), Some(7));
+        assert_eq!(parse_count("7."), Some(7));
+        assert_eq!(parse_count(".5"), None);
+        assert_eq!(parse_count("-1.0"), None);
+        assert_eq!(parse_count("1.0e3"), None);
+    }
 
     #[test]
     fn integers_are_plain_and_bounded() {

@@ -60,18 +60,54 @@ pub enum HeadError {
 /// assert_eq!(head.headers["retry-after"], "2");
 /// ```
 pub fn parse_head(input: &[u8]) -> Result<Head, HeadError> {
-    let mut lines = input
-        .split(|b| *b == b'\n')
-        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
-        .peekable();
+    parse_response(input).map(|(head, _body)| head)
+}
+
+/// Parses a whole response as `curl -si URL` prints it: the head as
+/// [`parse_head`] reads it, and the body, everything after the final head's
+/// blank line (empty when there is none).
+///
+/// ```
+/// let input = b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\r\n{\"error\":{}}";
+/// let (head, body) = sluice::signal::parse_response(input).unwrap();
+/// assert_eq!(head.status.as_u16(), 429);
+/// assert_eq!(body, b"{\"error\":{}}");
+/// ```
+pub fn parse_response(input: &[u8]) -> Result<(Head, &[u8]), HeadError> {
+    let mut lines = Lines { input, at: 0 };
     let mut head = next_head(&mut lines)?;
+    let mut body_at = lines.at;
     while head.status.is_informational() {
         match next_head(&mut lines) {
-            Ok(next) => head = next,
+            Ok(next) => {
+                head = next;
+                body_at = lines.at;
+            }
             Err(_) => break,
         }
     }
-    Ok(head)
+    Ok((head, input.get(body_at..).unwrap_or_default()))
+}
+
+/// The input's lines (LF or CRLF), and where the next one starts.
+struct Lines<'a> {
+    input: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let rest = self.input.get(self.at..)?;
+        let (line, used) = match rest.iter().position(|b| *b == b'\n') {
+            Some(end) => (&rest[..end], end + 1),
+            // The last line, or the empty one after a final newline (as `split` yields it).
+            None => (rest, rest.len() + 1),
+        };
+        self.at += used;
+        Some(line.strip_suffix(b"\r").unwrap_or(line))
+    }
 }
 
 fn next_head<'a>(lines: &mut impl Iterator<Item = &'a [u8]>) -> Result<Head, HeadError> {
@@ -183,6 +219,20 @@ mod tests {
         assert_eq!(head.reason, "x".repeat(199));
         let printed = format!("HTTP/1.1 200 {}\r\n\r\n", head.reason);
         assert_eq!(parse_head(printed.as_bytes()).unwrap().reason, head.reason);
+    }
+
+    #[test]
+    fn the_body_is_what_follows_the_final_head() {
+        let input = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 403 Forbidden\r\nx: 1\r\n\r\n{\"message\":\"a\"}\n\nmore";
+        let (head, body) = parse_response(input).unwrap();
+        assert_eq!(head.status.as_u16(), 403);
+        assert_eq!(body, b"{\"message\":\"a\"}\n\nmore");
+        let (_, body) = parse_response(b"HTTP/1.1 200 OK\nx: 1\n").unwrap();
+        assert!(body.is_empty());
+        let (_, body) = parse_response(b"HTTP/1.1 200 OK").unwrap();
+        assert!(body.is_empty());
+        let (_, body) = parse_response(b"HTTP/1.1 200 OK\n\nb").unwrap();
+        assert_eq!(body, b"b");
     }
 
     #[test]

@@ -1,8 +1,11 @@
-//! Reading the server: one function turns a response's status and headers into a [`Signal`].
+//! Reading the server: one function turns a response's status, headers and body into a [`Signal`].
 //!
 //! Each header family is a small profile in [`profiles`], tried in order of
-//! precedence; the pipeline only ever sees the merged [`Signal`].
+//! precedence, and each body family one in [`body`], read after them (a
+//! header that states a wait wins); the pipeline only ever sees the merged
+//! [`Signal`].
 
+pub mod body;
 pub(crate) mod clock;
 pub(crate) mod fields;
 mod head;
@@ -11,10 +14,11 @@ pub mod profiles;
 #[cfg(test)]
 mod testing;
 
+pub use body::{BodySignals, wants_body};
 pub use clock::ResponseClock;
 pub use fields::Fields;
-pub use head::{Head, HeadError, parse_head};
-pub use model::{DEFAULT_SCOPE, MAX_DELAY, ScopeSignal, Signal, Wait};
+pub use head::{Head, HeadError, parse_head, parse_response};
+pub use model::{CostWait, DEFAULT_SCOPE, MAX_DELAY, ScopeSignal, Signal, Wait};
 
 use std::time::SystemTime;
 
@@ -36,20 +40,63 @@ use http::{HeaderMap, StatusCode};
 /// assert_eq!(signal.wait().unwrap().delay, Duration::from_secs(2));
 /// ```
 pub fn read(status: StatusCode, headers: &HeaderMap, received: SystemTime) -> Signal {
+    read_with_body(status, headers, &[], received)
+}
+
+/// Reads every rate signal in a response, its body included: the reader
+/// that the engine, the sidecar, the MCP proxy and `sluice inspect` share.
+///
+/// The caller decides whether the body can matter ([`wants_body`]) and
+/// passes an empty slice when it cannot; a body given is read within fixed
+/// bounds ([`body::MAX_JSON_BYTES`], [`body::MAX_DEPTH`],
+/// [`body::MAX_TEXT_BYTES`]), whatever its size. Headers take precedence
+/// over the body where both state a wait. Never panics.
+///
+/// ```
+/// use http::{HeaderMap, StatusCode};
+/// use std::time::{Duration, SystemTime};
+///
+/// let body = br#"{"error":{"status":"RESOURCE_EXHAUSTED","details":[
+///   {"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"27s"}]}}"#;
+/// let signal = sluice::signal::read_with_body(
+///     StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new(), body, SystemTime::now());
+/// assert!(signal.throttled);
+/// assert_eq!(signal.wait().unwrap().delay, Duration::from_secs(27));
+/// ```
+pub fn read_with_body(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    received: SystemTime,
+) -> Signal {
+    read_with_body_at(status, headers, body, || received)
+}
+
+/// [`read_with_body`], asking `received` for the time only when there is a
+/// field or body to read it for (most responses have neither).
+pub(crate) fn read_with_body_at(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    received: impl FnOnce() -> SystemTime,
+) -> Signal {
     let mut signal = Signal::new(status.as_u16());
     // Most responses carry no rate field at all: one pass over their names
     // spares the profiles' forty-odd look-ups.
-    if headers
+    let fields = Fields::new(headers);
+    let in_fields = headers
         .keys()
-        .any(|name| fields::may_carry_signal(name.as_str()))
-    {
-        let fields = Fields::new(headers);
-        let clock = ResponseClock::new(&fields, received);
+        .any(|name| fields::may_carry_signal(name.as_str()));
+    let clock = (in_fields || !body.is_empty()).then(|| ResponseClock::new(&fields, received()));
+    if let Some(clock) = clock.as_ref().filter(|_| in_fields) {
         for profile in profiles::ALL {
-            (profile.read)(&fields, &clock, &mut signal);
+            (profile.read)(&fields, clock, &mut signal);
         }
     }
     signal.throttled = is_rejection(status, &signal);
+    if let Some(clock) = clock.as_ref().filter(|_| !body.is_empty()) {
+        body::read(body, status, clock, &mut signal);
+    }
     signal
 }
 
@@ -123,6 +170,11 @@ mod tests {
                 "zendesk-ratelimit-tickets-index",
                 "total=100; remaining=0; resets=41",
             ),
+            ("x-ratelimit-bucket", "abcd"),
+            ("x-ratelimit-global", "true"),
+            ("x-hubspot-ratelimit-max", "100"),
+            ("x-hubspot-ratelimit-daily-remaining", "0"),
+            ("sforce-limit-info", "api-usage=5000/5000"),
         ] {
             full.append(
                 HeaderName::from_static(name),

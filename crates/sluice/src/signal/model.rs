@@ -28,6 +28,32 @@ pub struct Signal {
     pub scopes: Vec<ScopeSignal>,
     /// A scope the server named as the reason for a rejection, if it did.
     pub reason_scope: Option<String>,
+    /// The rejection was about requests in flight, not their rate ("too
+    /// many concurrent requests"): fewer should run at once.
+    pub concurrency: bool,
+    /// The body named a spent quota (Google's `quotaExceeded`, OpenAI's
+    /// `insufficient_quota`): waiting a little will not help.
+    pub quota: bool,
+    /// A wait stated as points of a cost budget (GraphQL query cost).
+    pub cost: Option<CostWait>,
+    /// The body profile that read something from the body, if one did.
+    pub body: Option<&'static str>,
+}
+
+/// A wait a cost budget implies: `requested` points are needed, `available`
+/// are left, and the budget refills at a stated rate (Shopify's GraphQL
+/// `throttleStatus`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CostWait {
+    /// The budget's unit, e.g. `points`: a credential's unit of that name
+    /// is the budget it describes.
+    pub unit: &'static str,
+    /// What the rejected request would have cost.
+    pub requested: u64,
+    /// What the budget had left.
+    pub available: u64,
+    /// The time until it holds `requested`: (requested - available) / restore rate.
+    pub delay: Duration,
 }
 
 /// A wait the server asked for, and which header said so.
@@ -97,6 +123,13 @@ impl ScopeSignal {
                 .window
                 .is_some_and(|w| w >= Duration::from_secs(86_400))
     }
+
+    /// A quota spent, by the pipeline's rule: a long window with nothing
+    /// left, or nothing left until a reset later than `quota_after`.
+    pub fn is_quota_spent(&self, quota_after: Duration) -> bool {
+        self.is_spent_long_window()
+            || (self.remaining == Some(0) && self.reset.is_some_and(|r| r > quota_after))
+    }
 }
 
 fn scope_name(name: &str) -> String {
@@ -151,6 +184,25 @@ impl Signal {
                 scope: None,
             });
         }
+    }
+
+    /// Sets a wait read from the body, unless a header already said when the
+    /// next call may start: headers take precedence over the body.
+    pub fn set_body_wait(&mut self, delay: Duration, source: &'static str) {
+        let header_said = self.retry_after.is_some()
+            || self
+                .scopes
+                .iter()
+                .any(|s| s.remaining == Some(0) && s.reset.is_some());
+        if !header_said {
+            self.set_retry_after(delay, source);
+        }
+    }
+
+    /// Marks the response a rejection that `profile` read from the body.
+    pub fn reject_by_body(&mut self, profile: &'static str) {
+        self.throttled = true;
+        self.body.get_or_insert(profile);
     }
 
     /// The scope a rejection or explicit wait applies to: the one the server

@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, StatusCode};
 
-use super::{Signal, read};
+use super::{Signal, read, read_with_body};
 
 /// The reference "now" of the table tests: 2023-11-14T22:13:20Z.
 pub(crate) const NOW: u64 = 1_700_000_000;
@@ -33,6 +33,9 @@ pub(crate) fn signal(status: u16, headers: &[(&str, &str)]) -> Signal {
     signal_at(status, headers, UNIX_EPOCH + Duration::from_secs(NOW))
 }
 
+/// Header pairs of a table row.
+pub(crate) type Headers = &'static [(&'static str, &'static str)];
+
 /// An expected scope: (name, limit, remaining, reset in ms).
 pub(crate) type Row = (&'static str, Option<u64>, Option<u64>, Option<u64>);
 
@@ -49,4 +52,14 @@ pub(crate) fn rows(signal: &Signal) -> Vec<Got> {
             (s.name.clone(), s.limit, s.remaining, reset)
         })
         .collect()
+}
+
+/// What `read_with_body` makes of a response received at [`NOW`].
+pub(crate) fn body_signal(status: u16, headers: &[(&str, &str)], body: &str) -> Signal {
+    read_with_body(
+        StatusCode::from_u16(status).unwrap(),
+        &header_map(headers),
+        body.as_bytes(),
+        UNIX_EPOCH + Duration::from_secs(NOW),
+    )
 }

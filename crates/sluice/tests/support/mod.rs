@@ -67,7 +67,8 @@ impl Reply {
     }
 }
 
-type Responder = dyn Fn(usize, &Request<Value>) -> Reply + Send + Sync;
+/// Answers request `n` (from 1), arriving with `in_flight` requests in flight (itself included).
+type Responder = dyn Fn(usize, usize, &Request<Value>) -> Reply + Send + Sync;
 
 /// The simulated upstream.
 pub struct Sim {
@@ -82,12 +83,23 @@ impl Sim {
     pub fn new(
         respond: impl Fn(usize, &Request<Value>) -> Reply + Send + Sync + 'static,
     ) -> Arc<Self> {
+        Self::with_responder(Box::new(move |n, _, request| respond(n, request)))
+    }
+
+    /// A server whose answer depends on how many requests are in flight.
+    pub fn new_with_in_flight(
+        respond: impl Fn(usize) -> Reply + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Self::with_responder(Box::new(move |_, in_flight, _| respond(in_flight)))
+    }
+
+    fn with_responder(respond: Box<Responder>) -> Arc<Self> {
         Arc::new(Sim {
             origin: Instant::now(),
             log: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
-            respond: Box::new(respond),
+            respond,
         })
     }
 
@@ -143,7 +155,7 @@ impl Executor for SimExecutor {
             });
             log.len()
         };
-        let reply = (sim.respond)(n, &request);
+        let reply = (sim.respond)(n, now_in_flight, &request);
         tokio::time::sleep(reply.latency).await;
         drop(guard);
         if let Some(error) = reply.transport {

@@ -1,11 +1,13 @@
 //! The header families sluice reads, one small parser each, in order of precedence.
 
 mod anthropic;
-mod go_duration;
+pub(crate) mod go_duration;
+mod hubspot;
 mod ietf;
 mod jira;
 mod openai;
 mod retry_after;
+mod salesforce;
 mod shopify;
 mod structured;
 mod values;
@@ -40,4 +42,6 @@ pub const ALL: &[Profile] = &[
     anthropic::PROFILE,
     zendesk::PROFILE,
     shopify::PROFILE,
+    hubspot::PROFILE,
+    salesforce::PROFILE,
 ];

@@ -1,8 +1,11 @@
 //! The de-facto `X-RateLimit-*` fields (GitHub and many others) and X's `X-Rate-Limit-*`.
 //!
 //! `-Limit`, `-Remaining`, `-Used` and `-Reset` describe one bucket, which
-//! `-Resource` names (GitHub's `core`, `search`, `graphql`…); without it, the
-//! key as a whole. Resets here are numbers: delta seconds, or epoch seconds
+//! `-Resource` names (GitHub's `core`, `search`, `graphql`…), or Discord's
+//! per-route `-Bucket` (Discord "Rate Limits": a bucket is its own limit;
+//! `X-RateLimit-Global: true` or `X-RateLimit-Scope: global` on a 429 puts
+//! the limit on the whole key); without either, the key as a whole. Counts
+//! may come as floats (`0.0`). Resets here are numbers: delta seconds, or epoch seconds
 //! when above [`EPOCH_THRESHOLD`] (GitHub and X send epochs). Jira's
 //! timestamp form of `X-RateLimit-Reset` is read by the `jira` profile.
 
@@ -10,7 +13,7 @@ use std::time::Duration;
 
 use super::{Profile, values};
 use crate::signal::clock::parse_seconds;
-use crate::signal::fields::parse_integer;
+use crate::signal::fields::{parse_count, parse_integer};
 use crate::signal::{DEFAULT_SCOPE, Fields, ResponseClock, ScopeSignal, Signal};
 
 pub(super) const PROFILE: Profile = Profile {
@@ -33,16 +36,26 @@ const EPOCH_MILLIS_THRESHOLD: u64 = 100_000_000_000;
 fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
     for family in FAMILIES {
         let field = |suffix: &str| format!("{family}-{suffix}");
-        let scope = fields.first(&field("resource")).unwrap_or(DEFAULT_SCOPE);
+        let global = fields
+            .first(&field("global"))
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            || fields
+                .first(&field("scope"))
+                .is_some_and(|v| v.eq_ignore_ascii_case("global"));
+        let scope = match fields.first(&field("resource")) {
+            Some(resource) => resource,
+            None if global => DEFAULT_SCOPE,
+            None => fields.first(&field("bucket")).unwrap_or(DEFAULT_SCOPE),
+        };
         let mut report = ScopeSignal::new(scope, family);
         // A limit may carry an early-IETF policy after it (`100, 100;w=60`).
         report.limit = values::lowest(fields, &field("limit"), |v| {
-            parse_integer(v.split(';').next().unwrap_or(v))
+            parse_count(v.split(';').next().unwrap_or(v))
         });
         // GitHub sends `-Used` too; it gives the remaining count when
         // `-Remaining` is missing (and never less than zero).
-        let used = values::lowest(fields, &field("used"), parse_integer);
-        report.remaining = values::lowest(fields, &field("remaining"), parse_integer)
+        let used = values::lowest(fields, &field("used"), parse_count);
+        report.remaining = values::lowest(fields, &field("remaining"), parse_count)
             .or_else(|| Some(report.limit?.saturating_sub(used?)));
         // Discord's `-Reset-After` is a delta with decimals: immune to clocks,
         // so it is preferred to the reset instant when both are present.
@@ -95,6 +108,41 @@ mod tests {
     fn signal(status: u16, headers: &[(&str, &str)]) -> Signal {
         let map = crate::signal::testing::header_map(headers);
         read(StatusCode::from_u16(status).unwrap(), &map, now())
+    }
+
+    /// Discord "Rate Limits" (discord.com/developers/docs/topics/rate-limits):
+    /// a per-route bucket, resets with decimals, a global 429.
+    #[test]
+    fn discord_buckets_are_scopes_and_a_global_limit_is_the_key() {
+        let reset = format!("{}.250", NOW + 1);
+        let route = signal(
+            200,
+            &[
+                ("x-ratelimit-limit", "5"),
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", &reset),
+                ("x-ratelimit-reset-after", "1.250"),
+                ("x-ratelimit-bucket", "abcd1234"),
+            ],
+        );
+        assert_eq!(
+            rows(&route),
+            [("abcd1234".to_owned(), Some(5), Some(0), Some(1_250))]
+        );
+        let global = signal(
+            429,
+            &[
+                ("retry-after", "65"),
+                ("x-ratelimit-global", "true"),
+                ("x-ratelimit-scope", "global"),
+                ("x-ratelimit-bucket", "abcd1234"),
+                ("x-ratelimit-remaining", "0.0"),
+                ("x-ratelimit-reset-after", "64.57"),
+            ],
+        );
+        assert_eq!(global.scopes[0].name, "api_key");
+        assert_eq!(global.scopes[0].remaining, Some(0));
+        assert_eq!(global.wait().unwrap().delay, Duration::from_secs(65));
     }
 
     #[test]

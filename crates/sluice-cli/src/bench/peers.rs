@@ -1,0 +1,275 @@
+//! The shared limiters peers build on Redis, next to sluice's, in one run:
+//! a fixed window (`INCR` + `EXPIRE` in one pipeline) and a sliding log
+//! (one Lua script: trim, count, add). Written here from their usual
+//! shape, not taken from any project.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
+use sluice_redis::{RedisBudget, RedisConfig};
+use tokio::time::Instant;
+
+/// Which limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Sluice,
+    FixedWindow,
+    SlidingLog,
+}
+
+impl Kind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Sluice => "sluice (sliding window, leases)",
+            Kind::FixedWindow => "fixed window (INCR + EXPIRE)",
+            Kind::SlidingLog => "sliding log (Lua ZSET)",
+        }
+    }
+}
+
+/// One limiter's figures.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Peer {
+    pub(crate) limiter: &'static str,
+    /// Decisions per second with a limit that never binds.
+    pub(crate) decisions_per_second: f64,
+    /// Round trips per decision then.
+    pub(crate) round_trips_per_decision: f64,
+    /// At three times the limit: admitted starts per second.
+    pub(crate) admitted_per_second: f64,
+    /// At three times the limit: round trips per admitted start.
+    pub(crate) round_trips_per_admitted: f64,
+    /// The most starts in any one-second window, against `limit`.
+    pub(crate) busiest_second: usize,
+    pub(crate) limit: u32,
+}
+
+const SLIDING_LOG: &str = r"
+local now = redis.call('TIME')
+local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local window = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t - window)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], t, ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
+  return 1
+end
+return 0
+";
+
+/// One limiter's decision, counting its round trips.
+struct Limiter {
+    kind: Kind,
+    budget: Option<Arc<RedisBudget>>,
+    conn: redis::aio::MultiplexedConnection,
+    script: redis::Script,
+    trips: AtomicU64,
+    next: AtomicU64,
+    limit: u32,
+}
+
+impl Limiter {
+    /// `Some(start)` when admitted (sluice's grant may wait for its slot:
+    /// the start is when it returns).
+    async fn decide(&self, key: &str) -> anyhow::Result<Option<Instant>> {
+        match self.kind {
+            Kind::Sluice => {
+                let budget = self
+                    .budget
+                    .as_ref()
+                    .ok_or_else(|| anyhow::anyhow!("no budget"))?;
+                let request = ReserveRequest {
+                    credential: key,
+                    scopes: &["api_key"],
+                    limit: Some(SharedLimit {
+                        rate: format!("{}/1s", self.limit).parse()?,
+                        burst: None,
+                    }),
+                    windows: &[],
+                    not_before: Duration::ZERO,
+                    max_wait: Duration::from_millis(250),
+                };
+                Ok(match budget.reserve(request).await {
+                    Decision::Granted { wait, .. } => {
+                        tokio::time::sleep(wait).await;
+                        Some(Instant::now())
+                    }
+                    Decision::Denied { .. } => None,
+                })
+            }
+            Kind::FixedWindow => {
+                let second = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)?
+                    .as_secs();
+                let window_key = format!("peer:fixed:{key}:{second}");
+                let mut conn = self.conn.clone();
+                self.trips.fetch_add(1, Ordering::Relaxed);
+                let (count, _): (u64, i64) = redis::pipe()
+                    .incr(&window_key, 1)
+                    .expire(&window_key, 2)
+                    .query_async(&mut conn)
+                    .await?;
+                Ok((count <= u64::from(self.limit)).then(Instant::now))
+            }
+            Kind::SlidingLog => {
+                let mut conn = self.conn.clone();
+                self.trips.fetch_add(1, Ordering::Relaxed);
+                let member = self.next.fetch_add(1, Ordering::Relaxed);
+                let admitted: i64 = self
+                    .script
+                    .key(format!("peer:log:{key}"))
+                    .arg(1_000_000)
+                    .arg(self.limit)
+                    .arg(member)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok((admitted == 1).then(Instant::now))
+            }
+        }
+    }
+}
+
+/// Runs `kind`: first `callers` tasks back to back under a limit that
+/// never binds (decisions per second), then the same tasks offering three
+/// times `limit` per second (admitted starts, round trips, the busiest
+/// second). `server_trips` reads sluice's round trips from the server.
+pub(crate) async fn measure<F, Fut>(
+    kind: Kind,
+    url: &str,
+    callers: usize,
+    seconds: u64,
+    limit: u32,
+    server_trips: F,
+) -> anyhow::Result<Peer>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<u64>>,
+{
+    let client = redis::Client::open(url)?;
+    let budget = match kind {
+        Kind::Sluice => Some(Arc::new(
+            RedisBudget::connect(RedisConfig::single(url)).await?,
+        )),
+        _ => None,
+    };
+    let open = Arc::new(Limiter {
+        kind,
+        budget: budget.clone(),
+        conn: client.get_multiplexed_async_connection().await?,
+        script: redis::Script::new(SLIDING_LOG),
+        trips: AtomicU64::new(0),
+        next: AtomicU64::new(0),
+        limit: 1_000_000,
+    });
+    let before = server_trips().await?;
+    let (decided, _) = drive(&open, "open", callers, seconds, None).await?;
+    let open_trips = match kind {
+        Kind::Sluice => server_trips().await? - before,
+        _ => open.trips.load(Ordering::Relaxed),
+    };
+
+    let bound = Arc::new(Limiter {
+        kind,
+        budget,
+        conn: client.get_multiplexed_async_connection().await?,
+        script: redis::Script::new(SLIDING_LOG),
+        trips: AtomicU64::new(0),
+        next: AtomicU64::new(0),
+        limit,
+    });
+    // Three times the limit offered: each caller asks once per this.
+    let pace = Duration::from_secs_f64(callers as f64 / (3.0 * f64::from(limit)));
+    let before = server_trips().await?;
+    let (_, starts) = drive(&bound, "bound", callers, seconds, Some(pace)).await?;
+    let bound_trips = match kind {
+        Kind::Sluice => server_trips().await? - before,
+        _ => bound.trips.load(Ordering::Relaxed),
+    };
+    let origin = starts.first().copied();
+    let mut times: Vec<f64> = starts
+        .iter()
+        .map(|t| origin.map_or(0.0, |o| t.duration_since(o).as_secs_f64() * 1_000.0))
+        .collect();
+    times.sort_by(f64::total_cmp);
+    Ok(Peer {
+        limiter: kind.name(),
+        decisions_per_second: decided as f64 / seconds as f64,
+        round_trips_per_decision: open_trips as f64 / decided.max(1) as f64,
+        admitted_per_second: starts.len() as f64 / seconds as f64,
+        round_trips_per_admitted: bound_trips as f64 / starts.len().max(1) as f64,
+        busiest_second: busiest(&times, 1_000.0),
+        limit,
+    })
+}
+
+/// `callers` tasks deciding for `seconds` (back to back, or one attempt per
+/// `pace` each); returns the decisions made and the admitted starts.
+async fn drive(
+    limiter: &Arc<Limiter>,
+    key: &'static str,
+    callers: usize,
+    seconds: u64,
+    pace: Option<Duration>,
+) -> anyhow::Result<(u64, Vec<Instant>)> {
+    let decided = Arc::new(AtomicU64::new(0));
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = tokio::task::JoinSet::new();
+    for caller in 0..callers {
+        let (limiter, decided, starts) = (limiter.clone(), decided.clone(), starts.clone());
+        tasks.spawn(async move {
+            // Spread the paced callers over one interval.
+            if let Some(pace) = pace {
+                tokio::time::sleep(pace.mul_f64(caller as f64 / callers as f64)).await;
+            }
+            while Instant::now() < until {
+                let asked = Instant::now();
+                let start = limiter.decide(key).await?;
+                decided.fetch_add(1, Ordering::Relaxed);
+                if let Some(start) = start
+                    && pace.is_some()
+                {
+                    starts.lock().push(start);
+                }
+                if let Some(pace) = pace {
+                    tokio::time::sleep_until(asked + pace).await;
+                }
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let starts = std::mem::take(&mut *starts.lock());
+    Ok((decided.load(Ordering::Relaxed), starts))
+}
+
+/// The most sorted times (ms) in any window of `window_ms`.
+fn busiest(times: &[f64], window_ms: f64) -> usize {
+    let mut most = 0;
+    let mut first = 0;
+    for (last, t) in times.iter().enumerate() {
+        while times[first] <= t - window_ms {
+            first += 1;
+        }
+        most = most.max(last + 1 - first);
+    }
+    most
+}
+
+#[cfg(test)]
+mod tests {
+    use super::busiest;
+
+    #[test]
+    fn the_busiest_window_counts_starts_less_than_a_window_apart() {
+        assert_eq!(busiest(&[], 1_000.0), 0);
+        assert_eq!(busiest(&[0.0, 999.0, 1_000.0, 1_500.0], 1_000.0), 3);
+        assert_eq!(busiest(&[0.0, 1_000.0, 2_000.0], 1_000.0), 1);
+    }
+}

@@ -1,0 +1,380 @@
+//! `TurnCore`: one engine turn, and the calls Python prepares for it: a
+//! configured tool (rendered as the sidecar renders it), a function tool,
+//! or a request through the httpx transport.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, RANGE};
+use http::{HeaderValue, Method};
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
+use serde_json::{Map, Value};
+use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
+use sluice_server::{HttpRequest, Outbound, Url};
+
+use crate::bridge::{Answer, BoxFuture, Pending, block_on};
+use crate::convert::to_json;
+use crate::errors::guard;
+use crate::executor::{Payload, PyExecutor, PyWork, outcome_of};
+use crate::gate::GateState;
+use crate::outcome::PyOutcome;
+
+/// A call ready to run, or the outcome that answers it without sending.
+type Ready = Result<Call<Payload>, Outcome>;
+
+/// One call, prepared: run it once.
+#[pyclass(module = "sluice._sluice", frozen)]
+pub(crate) struct Prepared {
+    call: Mutex<Option<Ready>>,
+}
+
+impl Prepared {
+    fn new(ready: Ready) -> Self {
+        Prepared {
+            call: Mutex::new(Some(ready)),
+        }
+    }
+
+    fn take(&self) -> PyResult<Ready> {
+        self.call
+            .lock()
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("this call has already been run"))
+    }
+}
+
+/// One model step's turn; `sluice.Turn` wraps it.
+#[pyclass(module = "sluice._sluice", frozen)]
+pub(crate) struct TurnCore {
+    state: Arc<GateState>,
+    turn: Turn<PyExecutor>,
+}
+
+impl TurnCore {
+    pub(crate) fn new(state: Arc<GateState>) -> Self {
+        let turn = state.gate.turn();
+        TurnCore { state, turn }
+    }
+
+    fn complete(&self, ready: Ready) -> impl Future<Output = Completion> + Send + 'static {
+        let turn = self.turn.clone();
+        async move {
+            match ready {
+                Ok(call) => turn.complete(call).await,
+                Err(outcome) => Completion::from(outcome),
+            }
+        }
+    }
+}
+
+/// `args` as a JSON object: `None` is `{}`; anything but a `dict` is `Err(None)`.
+fn object_args(args: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Map<String, Value>>> {
+    match args {
+        None => Ok(Some(Map::new())),
+        Some(args) if args.is_none() => Ok(Some(Map::new())),
+        Some(args) if args.is_instance_of::<PyDict>() => match to_json(args, "args")? {
+            Value::Object(map) => Ok(Some(map)),
+            _ => Ok(None),
+        },
+        Some(_) => Ok(None),
+    }
+}
+
+/// A call-given deadline: at least 1 ms (the engine refuses more than a week).
+fn deadline(label: &str, deadline_ms: Option<u64>) -> Result<Option<Duration>, Outcome> {
+    match deadline_ms {
+        Some(0) => Err(Outcome::error(
+            None,
+            format!("{label}: deadline_ms must be at least 1"),
+        )),
+        other => Ok(other.map(Duration::from_millis)),
+    }
+}
+
+fn with_deadline(call: Call<Payload>, deadline: Option<Duration>) -> Call<Payload> {
+    match deadline {
+        Some(deadline) => call.deadline(deadline),
+        None => call,
+    }
+}
+
+fn outcome(py: Python<'_>, completion: &Completion) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, PyOutcome::new(outcome_of(completion)))?.into_any())
+}
+
+/// `(status, [(name, value)], body)` of the response a completion kept.
+fn response(py: Python<'_>, completion: &Completion) -> PyResult<Py<PyAny>> {
+    let Some(response) = &completion.response else {
+        return Ok(py.None());
+    };
+    let headers = PyList::empty(py);
+    for (name, value) in response.headers() {
+        headers.append((
+            PyBytes::new(py, name.as_str().as_bytes()),
+            PyBytes::new(py, value.as_bytes()),
+        ))?;
+    }
+    let body = PyBytes::new(py, response.body());
+    Ok(PyTuple::new(
+        py,
+        [
+            response.status().as_u16().into_pyobject(py)?.into_any(),
+            headers.into_any(),
+            body.into_any(),
+        ],
+    )?
+    .into_any()
+    .unbind())
+}
+
+fn pending(future: impl Future<Output = Answer> + Send + 'static) -> Pending {
+    let boxed: BoxFuture = Box::pin(future);
+    Pending::new(boxed)
+}
+
+#[pymethods]
+impl TurnCore {
+    /// A configured tool's call, rendered as the sidecar renders it.
+    #[pyo3(signature = (tool, args=None, deadline_ms=None))]
+    fn tool(
+        &self,
+        tool: &str,
+        args: Option<&Bound<'_, PyAny>>,
+        deadline_ms: Option<u64>,
+    ) -> PyResult<Prepared> {
+        guard(|| {
+            let Some(spec) = self.state.tools.get(tool) else {
+                return Ok(Prepared::new(Err(Outcome::error(
+                    None,
+                    format!("unknown tool {tool:?}"),
+                ))));
+            };
+            let refuse = |message: String| Outcome::error(None, format!("{tool}: {message}"));
+            let Some(args) = object_args(args)? else {
+                return Ok(Prepared::new(Err(refuse(
+                    "args must be a JSON object".to_owned(),
+                ))));
+            };
+            let deadline = match deadline(tool, deadline_ms) {
+                Ok(deadline) => deadline,
+                Err(outcome) => return Ok(Prepared::new(Err(outcome))),
+            };
+            let rendered = match spec.render(&args) {
+                Ok(rendered) => rendered,
+                Err(error) => return Ok(Prepared::new(Err(refuse(error.to_string())))),
+            };
+            let Some(upstream) = self.state.upstreams.get(&spec.credential) else {
+                let message = format!("unknown credential {:?}", spec.credential);
+                return Ok(Prepared::new(Err(refuse(message))));
+            };
+            let url = match sluice_server::fuzzing::join(
+                &upstream.base_url,
+                &rendered.path,
+                rendered.query.as_deref(),
+            ) {
+                Ok(url) => url,
+                Err(message) => return Ok(Prepared::new(Err(refuse(message)))),
+            };
+            let mut headers = HeaderMap::new();
+            headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+            if rendered.body.is_some() {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            }
+            let outbound = Outbound::Tool {
+                args: Value::Object(args),
+                request: HttpRequest {
+                    method: rendered.method,
+                    url,
+                    headers,
+                    body: rendered.body.unwrap_or_default(),
+                },
+            };
+            let call = Call::with_payload(tool, Payload::Http(Arc::new(outbound)));
+            Ok(Prepared::new(Ok(with_deadline(call, deadline))))
+        })
+    }
+
+    /// A function tool's call: `start()` begins one attempt as an asyncio task.
+    #[pyo3(signature = (label, credential, read, idempotent, tool_deadline_ms, args, deadline_ms, start))]
+    #[allow(clippy::too_many_arguments)]
+    fn function(
+        &self,
+        label: &str,
+        credential: &str,
+        read: bool,
+        idempotent: bool,
+        tool_deadline_ms: Option<u64>,
+        args: Option<&Bound<'_, PyAny>>,
+        deadline_ms: Option<u64>,
+        start: Py<PyAny>,
+    ) -> PyResult<Prepared> {
+        guard(|| {
+            let deadline = match deadline(label, deadline_ms) {
+                Ok(deadline) => deadline,
+                Err(outcome) => return Ok(Prepared::new(Err(outcome))),
+            };
+            // Only a read is coalesced: only its arguments' identity matters.
+            let key = if read {
+                match object_args(args)? {
+                    Some(args) => Value::Object(args).coalesce_key(),
+                    None => None,
+                }
+            } else {
+                None
+            };
+            let route = Route {
+                credential: credential.to_owned(),
+                read,
+                idempotent: read || idempotent,
+                deadline: tool_deadline_ms.map(Duration::from_millis),
+            };
+            let work = PyWork {
+                key,
+                start,
+                blocking: false,
+            };
+            let call = Call::routed(label, route, Payload::Python(work));
+            Ok(Prepared::new(Ok(with_deadline(call, deadline))))
+        })
+    }
+
+    /// A request through the httpx transport: `start()` sends one attempt
+    /// (as an asyncio task, or at once when `blocking`).
+    #[pyo3(signature = (label, credential, method, url, accept, range, deadline_ms, start, blocking))]
+    #[allow(clippy::too_many_arguments)]
+    fn request(
+        &self,
+        label: &str,
+        credential: &str,
+        method: &str,
+        url: &str,
+        accept: Option<&[u8]>,
+        range: Option<&[u8]>,
+        deadline_ms: Option<u64>,
+        start: Py<PyAny>,
+        blocking: bool,
+    ) -> PyResult<Prepared> {
+        guard(|| {
+            let deadline = match deadline(label, deadline_ms) {
+                Ok(deadline) => deadline,
+                Err(outcome) => return Ok(Prepared::new(Err(outcome))),
+            };
+            let method = Method::from_bytes(method.as_bytes())
+                .map_err(|_| PyValueError::new_err(format!("invalid HTTP method {method:?}")))?;
+            let read = matches!(method, Method::GET | Method::HEAD);
+            // RFC 9110 §9.2.2: these methods are idempotent.
+            let idempotent =
+                read || matches!(method, Method::PUT | Method::DELETE | Method::OPTIONS);
+            // A read is identified as the sidecar's proxy identifies it.
+            let key = if read {
+                Url::parse(url).ok().and_then(|url| {
+                    let mut headers = HeaderMap::new();
+                    for (name, value) in [(ACCEPT, accept), (RANGE, range)] {
+                        if let Some(value) = value.and_then(|v| HeaderValue::from_bytes(v).ok()) {
+                            headers.insert(name, value);
+                        }
+                    }
+                    Outbound::Proxy(HttpRequest {
+                        method: method.clone(),
+                        url,
+                        headers,
+                        body: Bytes::new(),
+                    })
+                    .coalesce_key()
+                })
+            } else {
+                None
+            };
+            let route = Route {
+                credential: credential.to_owned(),
+                read,
+                idempotent,
+                deadline: None,
+            };
+            let work = PyWork {
+                key,
+                start,
+                blocking,
+            };
+            let call = Call::routed(label, route, Payload::Python(work));
+            Ok(Prepared::new(Ok(with_deadline(call, deadline))))
+        })
+    }
+
+    /// Runs one call: awaits to its `Outcome`.
+    fn run(&self, prepared: &Prepared) -> PyResult<Pending> {
+        guard(|| {
+            let completion = self.complete(prepared.take()?);
+            Ok(pending(async move {
+                let completion = completion.await;
+                Box::new(move |py: Python<'_>| outcome(py, &completion)) as Answer
+            }))
+        })
+    }
+
+    /// Runs calls concurrently: awaits to one `Outcome` per call, in order.
+    fn run_all(&self, prepared: Vec<PyRef<'_, Prepared>>) -> PyResult<Pending> {
+        guard(|| {
+            let mut calls = Vec::with_capacity(prepared.len());
+            for one in &prepared {
+                calls.push(self.complete(one.take()?));
+            }
+            Ok(pending(async move {
+                let completions = join_all(calls).await;
+                Box::new(move |py: Python<'_>| {
+                    let list = PyList::empty(py);
+                    for completion in &completions {
+                        list.append(outcome(py, completion)?)?;
+                    }
+                    Ok(list.into_any().unbind())
+                }) as Answer
+            }))
+        })
+    }
+
+    /// Runs a transport request: awaits to `(Outcome, response)` (see `request_answer`).
+    fn run_request(&self, prepared: &Prepared) -> PyResult<Pending> {
+        guard(|| {
+            let completion = self.complete(prepared.take()?);
+            Ok(pending(async move {
+                let completion = completion.await;
+                Box::new(move |py: Python<'_>| request_answer(py, &completion)) as Answer
+            }))
+        })
+    }
+
+    /// [`TurnCore::run_request`] from synchronous code, blocking this thread.
+    fn run_request_blocking(&self, py: Python<'_>, prepared: &Prepared) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let completion = self.complete(prepared.take()?);
+            let future: BoxFuture = Box::pin(async move {
+                let completion = completion.await;
+                Box::new(move |py: Python<'_>| request_answer(py, &completion)) as Answer
+            });
+            block_on(py, future)
+        })
+    }
+
+    /// Upstream requests (attempts) this turn has caused so far.
+    fn upstream_requests(&self) -> u32 {
+        self.turn.upstream_requests()
+    }
+}
+
+/// `(Outcome, response)`: `None` when there was no response, `True` when it
+/// is this request's own last attempt (the caller still has it, so nothing
+/// is copied back), else `(status, headers, body)` from the call it joined.
+fn request_answer(py: Python<'_>, completion: &Completion) -> PyResult<Py<PyAny>> {
+    let outcome = outcome(py, completion)?;
+    let response = match (&completion.response, completion.coalesced) {
+        (None, _) => py.None(),
+        (Some(_), false) => PyBool::new(py, true).to_owned().into_any().unbind(),
+        (Some(_), true) => response(py, completion)?,
+    };
+    Ok(PyTuple::new(py, [outcome, response])?.into_any().unbind())
+}

@@ -1,0 +1,151 @@
+//! One credential as this process sees it: its lease pool, known holds, fallback cells and counters, behind one lock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use sluice::shared::SharedLimit;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::fallback::Fallback;
+use crate::holds::{Holds, Kind};
+use crate::keys::part;
+use crate::lease::Pool;
+
+/// Where a credential's decisions are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// In Redis, shared with every process.
+    Shared,
+    /// Locally, at this process's share of the rate.
+    Fallback,
+}
+
+/// Decisions on one credential.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DecisionCounts {
+    /// Granted by a reservation in Redis.
+    pub shared: u64,
+    /// Granted from a leased slot (no round trip).
+    pub leased: u64,
+    /// Granted locally while Redis was unreachable.
+    pub fallback: u64,
+    /// Denied (by Redis, by a known hold, or by the fallback cell).
+    pub denied: u64,
+    /// Leased slots given back unused.
+    pub returned: u64,
+}
+
+/// One credential as this process sees it.
+pub(crate) struct Cred {
+    pub(crate) name: String,
+    /// The name as it appears in keys and events.
+    pub(crate) part: String,
+    pub(crate) state: Mutex<CredState>,
+    /// A reservation finished (callers waiting on it look at the pool again).
+    pub(crate) reserved: Notify,
+    /// A block or quota was noted (callers holding slots look again).
+    pub(crate) held: Notify,
+}
+
+pub(crate) struct CredState {
+    pub(crate) pool: Pool,
+    pub(crate) holds: Holds,
+    pub(crate) fallback: Fallback,
+    /// Processes the heartbeat last counted on this credential.
+    pub(crate) processes: u32,
+    /// Where decisions are made, and why when in fallback.
+    pub(crate) mode: (Mode, Option<String>),
+    pub(crate) decisions: DecisionCounts,
+    /// The limit the last call asked for (the status shows its fallback share).
+    pub(crate) limit: Option<SharedLimit>,
+    /// The earliest free shared slot, as the last denial said.
+    pub(crate) busy_until: Option<Instant>,
+}
+
+impl Cred {
+    fn new(name: &str, origin: Instant) -> Self {
+        Cred {
+            name: name.to_owned(),
+            part: part(name),
+            state: Mutex::new(CredState {
+                pool: Pool::default(),
+                holds: Holds::default(),
+                fallback: Fallback::new(origin),
+                processes: 0,
+                mode: (Mode::Shared, None),
+                decisions: DecisionCounts::default(),
+                limit: None,
+                busy_until: None,
+            }),
+            reserved: Notify::new(),
+            held: Notify::new(),
+        }
+    }
+
+    /// Notes a hold on `scope` (a key part): leased slots it voids are
+    /// dropped (Redis voided them too), the fallback cell restarts empty,
+    /// waiting callers look again.
+    pub(crate) fn note_hold(&self, kind: Kind, scope: &str, until: Instant, now: Instant) {
+        {
+            let mut state = self.state.lock();
+            state.holds.note(kind, scope, until);
+            state.busy_until = None;
+            if kind == Kind::Blocked {
+                state.holds.announce(scope, now);
+                state.fallback.penalize(scope, until, now);
+            }
+            // Leased slots on the held scope were voided in Redis (a block bumps
+            // the generation and drops future window entries): drop them here.
+            // Holds on other scopes are checked when a call takes a slot.
+            if state.pool.key().is_some_and(|key| key.scope == scope) {
+                state.pool.drain_all();
+            }
+        }
+        self.held.notify_waiters();
+    }
+}
+
+/// Every credential this process has used, by name.
+pub(crate) struct Credentials {
+    by_name: Mutex<HashMap<String, Arc<Cred>>>,
+    /// The fallback cells count time from here.
+    origin: Instant,
+}
+
+impl Credentials {
+    pub(crate) fn new(origin: Instant) -> Self {
+        Credentials {
+            by_name: Mutex::new(HashMap::new()),
+            origin,
+        }
+    }
+
+    /// The credential `name`, created on first use.
+    pub(crate) fn get(&self, name: &str) -> Arc<Cred> {
+        let mut creds = self.by_name.lock();
+        if let Some(cred) = creds.get(name) {
+            return cred.clone();
+        }
+        let cred = Arc::new(Cred::new(name, self.origin));
+        creds.insert(name.to_owned(), cred.clone());
+        cred
+    }
+
+    /// The credential whose key part is `part`, if this process used it.
+    pub(crate) fn by_part(&self, part: &str) -> Option<Arc<Cred>> {
+        self.by_name
+            .lock()
+            .values()
+            .find(|cred| cred.part == part)
+            .cloned()
+    }
+
+    /// Every credential used so far.
+    pub(crate) fn all(&self) -> Vec<Arc<Cred>> {
+        self.by_name.lock().values().cloned().collect()
+    }
+}

@@ -1,0 +1,415 @@
+//! The local limiter cells of one credential, at this process's share of the rate, seeded with its recent shared starts.
+//!
+//! Pure state with `now` passed in.
+
+use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use sluice::Rate;
+use sluice::limiter::{LimiterCell, Micros, NotUntil, Reservation, micros};
+use sluice::shared::SharedLimit;
+use tokio::time::Instant;
+
+use super::spends::SpendCells;
+
+/// The longest window [`Rate`] accepts (a week).
+const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How long a fallback grant can still be refunded (as `InMemoryBudget`).
+const GRANT_MEMORY: Duration = Duration::from_secs(60);
+
+/// Most shared starts remembered for seeding the cells.
+const RECENT: usize = 4_096;
+
+/// This process's share of a credential's rate: `configured`
+/// (`fallback_share`), else one over the `processes` the heartbeat counted.
+pub(crate) fn share(configured: Option<f64>, processes: u32) -> f64 {
+    configured.unwrap_or(1.0 / f64::from(processes.max(1)))
+}
+
+/// `limit` scaled to `share` of it: the rate and burst one process may use alone.
+pub(crate) fn share_of(limit: SharedLimit, share: f64) -> SharedLimit {
+    let share = if share.is_finite() {
+        share.clamp(f64::MIN_POSITIVE, 1.0)
+    } else {
+        1.0
+    };
+    let count = f64::from(limit.rate.count().get()) * share;
+    let rate = if count >= 1.0 {
+        // In range: 1 <= count <= u32::MAX.
+        let whole = NonZeroU32::new(count.floor() as u32).unwrap_or(NonZeroU32::MIN);
+        Rate::new(whole, limit.rate.window()).unwrap_or(limit.rate)
+    } else {
+        let window = limit.rate.window().mul_f64(1.0 / count).min(MAX_WINDOW);
+        Rate::new(NonZeroU32::MIN, window).unwrap_or(limit.rate)
+    };
+    let burst = limit.burst.map(|burst| {
+        let scaled = (f64::from(burst.get()) * share).floor();
+        NonZeroU32::new(scaled as u32).unwrap_or(NonZeroU32::MIN)
+    });
+    SharedLimit { rate, burst }
+}
+
+struct Cell {
+    cell: LimiterCell,
+    limit: Option<SharedLimit>,
+}
+
+/// One credential's local cells, by scope key part.
+pub(crate) struct Fallback {
+    origin: Instant,
+    cells: HashMap<String, Cell>,
+    grants: HashMap<u64, (String, Reservation, Instant)>,
+    next: u64,
+    /// This process's shared starts within the last window, to seed the
+    /// cells when Redis goes away.
+    recent: VecDeque<Instant>,
+    /// Until when the local starts still count: one window after the last
+    /// one (Redis's log does not hold them).
+    local_until: Option<Instant>,
+    /// The share the last spell spent at (see [`Fallback::share_in_force`]).
+    spell_share: Option<f64>,
+    /// The cells of calls on several windows, groups or units.
+    pub(crate) spends: SpendCells,
+}
+
+impl Fallback {
+    pub(crate) fn new(origin: Instant) -> Self {
+        Fallback {
+            origin,
+            cells: HashMap::new(),
+            grants: HashMap::new(),
+            next: 0,
+            recent: VecDeque::new(),
+            local_until: None,
+            spell_share: None,
+            spends: SpendCells::new(origin),
+        }
+    }
+
+    fn at(&self, instant: Instant) -> Micros {
+        micros(instant.saturating_duration_since(self.origin))
+    }
+
+    fn instant(&self, at: Micros) -> Instant {
+        self.origin + Duration::from_micros(at)
+    }
+
+    fn cell(&mut self, scope: &str, limit: Option<SharedLimit>) -> &mut LimiterCell {
+        let entry = self.cells.entry(scope.to_owned()).or_insert_with(|| Cell {
+            cell: LimiterCell::unlimited(),
+            limit: None,
+        });
+        if entry.limit != limit {
+            entry
+                .cell
+                .set_limit(limit.map(|l| l.rate), limit.and_then(|l| l.burst));
+            entry.limit = limit;
+        }
+        &mut entry.cell
+    }
+
+    /// Reserves a start in `[not_before, latest]` on `scope` at `limit`
+    /// (already scaled to the share). `Ok`: the start and a grant id.
+    /// `Err`: the earliest start, nothing charged.
+    pub(crate) fn reserve(
+        &mut self,
+        scope: &str,
+        limit: Option<SharedLimit>,
+        now: Instant,
+        not_before: Instant,
+        latest: Instant,
+    ) -> Result<(Instant, u64), Instant> {
+        let (now_us, from, to) = (self.at(now), self.at(not_before), self.at(latest));
+        let result =
+            self.cell(scope, limit)
+                .reserve(now_us, from.max(now_us), to.saturating_sub(now_us));
+        match result {
+            Ok(reservation) => {
+                let start = self.instant(reservation.start());
+                let window = limit.map_or(Duration::ZERO, |l| l.rate.window());
+                let until = start + window;
+                self.local_until = Some(self.local_until.map_or(until, |u| u.max(until)));
+                self.next += 1;
+                let id = self.next;
+                self.grants.retain(|_, (_, _, at)| *at + GRANT_MEMORY > now);
+                self.grants.insert(id, (scope.to_owned(), reservation, now));
+                Ok((start, id))
+            }
+            Err(NotUntil(at)) => Err(self.instant(at)),
+        }
+    }
+
+    /// Adds this process's own recent starts (made in shared mode) to the
+    /// scope's cell, so that falling back does not hand out a fresh burst
+    /// on top of what the shared log allowed. The cell keeps the local
+    /// starts it already holds: a reply granted by Redis after the switch
+    /// (sent before it) puts the credential back in shared mode for a
+    /// moment, and starting the cell afresh at the next switch (as this did
+    /// before) forgot every local start of the first.
+    ///
+    /// Every start is recorded, also those beyond the share: in shared mode
+    /// a process may well have spent more than its share, and slots it was
+    /// granted may still lie ahead (a queued call's start). A start the
+    /// share has no room for is recorded at the earliest time the cell
+    /// allows instead. That is later than its real time, so it occupies
+    /// every window a later local start can end in (local starts never come
+    /// before the last one recorded): the cell errs on spending less, never
+    /// more. Dropping such starts (as this did before) let the cell grant
+    /// them again, a share's worth of extra starts in the windows up to one
+    /// window after the last shared start: the settled fallback's overshoot.
+    pub(crate) fn seed(&mut self, scope: &str, limit: Option<SharedLimit>, starts: &[Instant]) {
+        for start in starts {
+            let at = self.at(*start);
+            let _ = self.cell(scope, limit).reserve(at, at, Micros::MAX);
+        }
+    }
+
+    /// Remembers a start at `at` granted in shared mode, forgetting those a
+    /// window old at `now`.
+    pub(crate) fn remember(&mut self, at: Instant, limit: Option<SharedLimit>, now: Instant) {
+        let window = limit.map_or(Duration::ZERO, |l| l.rate.window());
+        while self
+            .recent
+            .front()
+            .is_some_and(|first| *first + window <= now || self.recent.len() >= RECENT)
+        {
+            self.recent.pop_front();
+        }
+        if !window.is_zero() {
+            self.recent.push_back(at);
+        }
+    }
+
+    /// Redis went away: `scope`'s cell, at `limit`, takes in the shared
+    /// starts remembered (each counted once: they are forgotten here).
+    pub(crate) fn take_over(&mut self, scope: &str, limit: Option<SharedLimit>) {
+        let mut recent: Vec<Instant> = self.recent.drain(..).collect();
+        recent.sort();
+        self.seed(scope, limit, &recent);
+    }
+
+    /// Back in shared mode, while the local starts of the last fallback
+    /// spell are still within a window (Redis's log does not hold them):
+    /// the earliest start `scope`'s cell allows, which a shared start must
+    /// also respect. `None`: the spell is a window old, Redis alone decides.
+    pub(crate) fn recovering(
+        &mut self,
+        scope: &str,
+        limit: Option<SharedLimit>,
+        now: Instant,
+    ) -> Option<Instant> {
+        match self.local_until {
+            Some(until) if now < until => {
+                let now_us = self.at(now);
+                let earliest = self.cell(scope, limit).earliest(now_us);
+                Some(self.instant(earliest))
+            }
+            Some(_) => {
+                self.local_until = None;
+                self.spell_share = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// A local start was granted at `share`: it holds while recovering.
+    pub(crate) fn spent_at(&mut self, share: f64) {
+        self.spell_share = Some(share);
+    }
+
+    /// The share to hold while recovering: the last spell's, else
+    /// `current`. Redis restarted empty counts fewer processes in its
+    /// heartbeat for a while (one, for the first to ask); the local starts
+    /// of the spell were made at the spell's share, and a larger share
+    /// would let the process spend its fallback starts and a full shared
+    /// window's in one window.
+    pub(crate) fn share_in_force(&self, current: f64) -> f64 {
+        self.spell_share.map_or(current, |spell| spell.min(current))
+    }
+
+    /// Records a shared start made while [`Fallback::recovering`], so
+    /// that the process's local and shared starts together keep its share.
+    pub(crate) fn count_shared(&mut self, scope: &str, limit: Option<SharedLimit>, at: Instant) {
+        self.seed(scope, limit, &[at]);
+    }
+
+    /// Gives back a grant that was not used.
+    pub(crate) fn refund(&mut self, id: u64) {
+        if let Some((scope, reservation, _)) = self.grants.remove(&id)
+            && let Some(cell) = self.cells.get_mut(&scope)
+        {
+            cell.cell.refund(&reservation);
+        }
+    }
+
+    /// The server blocked `scope` until `until`: the local cell restarts empty there.
+    pub(crate) fn penalize(&mut self, scope: &str, until: Instant, now: Instant) {
+        self.spends.penalize(scope, until, now);
+        let (until, now) = (self.at(until), self.at(now));
+        if let Some(cell) = self.cells.get_mut(scope) {
+            cell.cell.penalize(until, now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(text: &str, burst: Option<u32>) -> SharedLimit {
+        SharedLimit {
+            rate: text.parse().unwrap(),
+            burst: burst.and_then(NonZeroU32::new),
+        }
+    }
+
+    #[test]
+    fn shares_never_exceed_the_whole() {
+        let third = share_of(limit("30/1s", None), 1.0 / 3.0);
+        assert_eq!(third.rate.to_string(), "10/1s");
+        let rounded = share_of(limit("5/1s", None), 1.0 / 3.0);
+        assert_eq!(rounded.rate.count().get(), 1);
+        assert_eq!(rounded.rate.window(), Duration::from_secs(1));
+        let thin = share_of(limit("1/1s", None), 0.25);
+        assert_eq!(thin.rate.count().get(), 1);
+        assert_eq!(thin.rate.window(), Duration::from_secs(4));
+        let bucket = share_of(limit("10/1s", Some(6)), 0.5);
+        assert_eq!(
+            (bucket.rate.count().get(), bucket.burst.map(NonZeroU32::get)),
+            (5, Some(3))
+        );
+    }
+
+    #[test]
+    fn local_cells_limit_refund_and_penalize() {
+        let t0 = Instant::now();
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("2/1s", None));
+        let far = t0 + Duration::from_secs(5);
+        let (a, _) = f.reserve("api_key", l, t0, t0, far).unwrap();
+        let (b, id) = f.reserve("api_key", l, t0, t0, far).unwrap();
+        assert_eq!((a, b), (t0, t0));
+        assert_eq!(
+            f.reserve("api_key", l, t0, t0, t0),
+            Err(t0 + Duration::from_secs(1))
+        );
+        f.refund(id);
+        assert!(f.reserve("api_key", l, t0, t0, t0).is_ok());
+        f.penalize("api_key", t0 + Duration::from_secs(3), t0);
+        let (c, _) = f.reserve("api_key", l, t0, t0, far).unwrap();
+        assert_eq!(c, t0 + Duration::from_secs(3));
+    }
+
+    #[test]
+    fn the_share_is_configured_or_one_over_the_processes() {
+        assert_eq!(share(Some(0.5), 4), 0.5);
+        assert_eq!(share(None, 4), 0.25);
+        assert_eq!(share(None, 0), 1.0);
+    }
+
+    #[test]
+    fn taking_over_counts_the_starts_of_the_last_window_only() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("2/1s", None));
+        f.remember(t0, l, t0);
+        f.remember(t0 + 900 * ms, l, t0 + 900 * ms);
+        // A window after the first start, only the second still counts.
+        f.remember(t0 + 1_000 * ms, l, t0 + 1_000 * ms);
+        f.take_over("api_key", l);
+        let now = t0 + 1_000 * ms;
+        assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_900 * ms));
+    }
+
+    #[test]
+    fn seeding_counts_the_recent_shared_starts() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("2/1s", None));
+        f.seed("api_key", l, &[t0, t0 + 100 * ms, t0 + 200 * ms]);
+        // Three starts against a share of two: the third, with no room, is
+        // recorded at the first time the share has room (t0 + 1 s), so the
+        // next local start waits for it to leave the window, and the window
+        // ending there holds the third real start and one local one at most.
+        let now = t0 + 300 * ms;
+        assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_100 * ms));
+    }
+
+    #[test]
+    fn back_in_shared_mode_the_local_starts_count_for_a_window() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("2/1s", None));
+        assert_eq!(f.recovering("api_key", l, t0), None);
+        f.take_over("api_key", l);
+        f.reserve("api_key", l, t0, t0, t0).unwrap();
+        f.reserve("api_key", l, t0, t0, t0).unwrap();
+        // Redis is back 100 ms later: no shared start before the local
+        // ones leave the window.
+        let back = t0 + 100 * ms;
+        assert_eq!(f.recovering("api_key", l, back), Some(t0 + 1_000 * ms));
+        f.count_shared("api_key", l, t0 + 1_000 * ms);
+        // A window after the last local start, Redis alone decides.
+        assert_eq!(f.recovering("api_key", l, t0 + 1_000 * ms), None);
+    }
+
+    #[test]
+    fn a_second_switch_keeps_the_local_starts_of_the_first() {
+        // Fallback, a late shared reply (shared mode for a moment), fallback
+        // again: the cell still counts the local starts of the first spell.
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("2/1s", None));
+        f.take_over("api_key", l);
+        f.reserve("api_key", l, t0, t0, t0).unwrap();
+        f.reserve("api_key", l, t0, t0, t0).unwrap();
+        let late = t0 + 10 * ms;
+        f.remember(late, l, late);
+        f.take_over("api_key", l);
+        let now = t0 + 20 * ms;
+        assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_000 * ms));
+        // The shared start was taken in once: a third switch adds nothing.
+        f.take_over("api_key", l);
+        let later = t0 + 1_000 * ms;
+        assert!(f.reserve("api_key", l, later, later, later).is_ok());
+    }
+
+    #[test]
+    fn every_shared_start_is_counted_even_beyond_the_share() {
+        // A process that spent more than its share in shared mode (here 6
+        // starts, some still ahead, against a share of 3 per second) gets
+        // no local start until its real starts leave room: in every window
+        // holding a local start, its real and local starts together stay
+        // within the share.
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("3/1s", None));
+        let shared: Vec<Instant> = (0..6).map(|i| t0 + i * 100 * ms).collect();
+        f.seed("api_key", l, &shared);
+        let now = t0 + 50 * ms;
+        let far = t0 + Duration::from_secs(10);
+        let mut local = Vec::new();
+        for _ in 0..6 {
+            local.push(f.reserve("api_key", l, now, now, far).unwrap().0);
+        }
+        let all: Vec<Instant> = shared.iter().chain(&local).copied().collect();
+        for end in &local {
+            let in_window = all
+                .iter()
+                .filter(|t| **t <= *end && **t + Duration::from_secs(1) > *end)
+                .count();
+            assert!(
+                in_window <= 3,
+                "{in_window} starts in the window ending at {end:?}"
+            );
+        }
+    }
+}

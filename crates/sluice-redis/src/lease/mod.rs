@@ -1,0 +1,19 @@
+//! Leases: slots reserved ahead in one round trip, spent by this process's callers at their exact times.
+//!
+//! Every slot carries the start time the shared log charged it at, and a
+//! caller gets a slot only if that time lies in its own window
+//! `[not_before, max_wait]`: it then starts exactly there, so a lease adds
+//! no overshoot to the shared promise. A slot whose time passes unused is
+//! stale and goes back. The lease size adapts to demand: it doubles when
+//! callers queue behind a reservation and halves when slots go stale, and a
+//! fair-share cap (`N / (2 · processes)`) keeps one process from booking the
+//! window ahead of the others.
+//!
+//! `pool` holds the slots (pure state); `slot` gets a call its slot,
+//! from the pool or a reservation in Redis, and holds it until its time.
+
+mod pool;
+mod slot;
+
+pub(crate) use pool::{Pool, PoolKey};
+pub(crate) use slot::{Leases, Obtained, hold_until};

@@ -1,0 +1,271 @@
+//! One credential's lease pool: the slots reserved ahead, waiting for this process's callers.
+//!
+//! Pure state with `now` passed in; the scheme is described on the `lease` module.
+
+use std::collections::VecDeque;
+
+use sluice::shared::SharedLimit;
+use tokio::time::Instant;
+
+use crate::store::SlotToken;
+
+/// How late a slot may still start: a caller that waited for the
+/// reservation in flight wakes a moment after the slots due at once. The
+/// start moves later by at most this, within the engine's window margin
+/// (10 ms, which also absorbs transit jitter).
+pub(crate) const LATE_START: std::time::Duration = std::time::Duration::from_millis(3);
+
+/// A leased slot waiting for a caller.
+#[derive(Debug, Clone)]
+pub(crate) struct Pooled {
+    pub(crate) at: Instant,
+    pub(crate) token: SlotToken,
+}
+
+/// What the pooled slots were reserved for: a pooled slot serves only calls
+/// whose first scope and limit are the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PoolKey {
+    pub(crate) scope: String,
+    pub(crate) limit: Option<SharedLimit>,
+}
+
+/// One credential's lease pool.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    slots: VecDeque<Pooled>,
+    key: Option<PoolKey>,
+    size: u32,
+    /// Lease reservations on their way to Redis (more than one when a
+    /// caller stopped waiting for another's and asked itself).
+    pub(crate) fetching: u32,
+    /// Callers waiting for it.
+    pub(crate) waiters: u32,
+    /// Bumped when a reservation finishes.
+    pub(crate) epoch: u64,
+    /// Whether the last one failed.
+    pub(crate) last_failed: bool,
+    pub(crate) leased: u64,
+    pub(crate) returned: u64,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            slots: VecDeque::new(),
+            key: None,
+            size: 1,
+            fetching: 0,
+            waiters: 0,
+            epoch: 0,
+            last_failed: false,
+            leased: 0,
+            returned: 0,
+        }
+    }
+}
+
+/// The most slots one lease may take: half of this process's fair share of
+/// one window (`N / (2 · processes)`), at least 1 and at most `max_lease`.
+/// Half, so that the other processes always find the larger part of the
+/// window free to reserve in, whatever this one has booked.
+pub(crate) fn fair_cap(limit: Option<SharedLimit>, processes: u32, max_lease: u32) -> u32 {
+    match limit {
+        None => 1,
+        Some(limit) => {
+            let share = limit.rate.count().get() / (2 * processes.max(1));
+            share.clamp(1, max_lease.max(1))
+        }
+    }
+}
+
+impl Pool {
+    /// The current lease size.
+    pub(crate) fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// What the pooled slots were reserved for.
+    pub(crate) fn key(&self) -> Option<&PoolKey> {
+        self.key.as_ref()
+    }
+
+    /// Slots waiting for callers.
+    pub(crate) fn pooled(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Switches the pool to `key`; slots reserved for another key are returned.
+    pub(crate) fn rekey(&mut self, key: &PoolKey) -> Vec<SlotToken> {
+        if self.key.as_ref() == Some(key) {
+            return Vec::new();
+        }
+        self.key = Some(key.clone());
+        self.size = 1;
+        self.drain_all()
+    }
+
+    /// The earliest slot not stale at `now` whose call would start in
+    /// `[from, to]`. A slot whose time has just passed starts its call now,
+    /// so it serves any caller who may start now: one that began a moment
+    /// after the slot's time (a 10-call burst at 10/1s once deferred its
+    /// last call with its slot left in the pool).
+    pub(crate) fn take(&mut self, from: Instant, to: Instant, now: Instant) -> Option<Pooled> {
+        let index = self.slots.iter().position(|slot| {
+            let starts = slot.at.max(now);
+            starts >= from && slot.at <= to && slot.at + LATE_START >= now
+        })?;
+        self.slots.remove(index)
+    }
+
+    /// Removes slots whose time passed unused (by more than [`LATE_START`]);
+    /// demand was lower than the lease, so the lease shrinks.
+    pub(crate) fn sweep(&mut self, now: Instant) -> Vec<SlotToken> {
+        let mut stale = Vec::new();
+        while self
+            .slots
+            .front()
+            .is_some_and(|slot| slot.at + LATE_START < now)
+        {
+            if let Some(slot) = self.slots.pop_front() {
+                stale.push(slot.token);
+            }
+        }
+        if !stale.is_empty() {
+            self.size = (self.size / 2).max(1);
+            self.returned += stale.len() as u64;
+        }
+        stale
+    }
+
+    /// Removes every slot.
+    pub(crate) fn drain_all(&mut self) -> Vec<SlotToken> {
+        self.slots.drain(..).map(|slot| slot.token).collect()
+    }
+
+    /// How many slots the next reservation asks for. Callers queued behind
+    /// the last one mean demand outran the lease: it doubles.
+    pub(crate) fn want(&mut self, cap: u32) -> u32 {
+        if self.waiters > 0 {
+            self.size = self.size.saturating_mul(2);
+        }
+        self.size = self.size.clamp(1, cap.max(1));
+        self.size.max((self.waiters + 1).min(cap.max(1)))
+    }
+
+    /// Adds the extra slots of a lease (the first went to its caller).
+    pub(crate) fn fill(&mut self, slots: impl IntoIterator<Item = Pooled>) {
+        for slot in slots {
+            self.leased += 1;
+            let index = self.slots.partition_point(|s| s.at <= slot.at);
+            self.slots.insert(index, slot);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Undo;
+    use std::time::Duration;
+
+    fn slot(at: Instant, n: u64) -> Pooled {
+        Pooled {
+            at,
+            token: SlotToken {
+                scope: "api_key".into(),
+                generation: 0,
+                undo: Undo::Window(format!("m:{n}")),
+            },
+        }
+    }
+
+    fn limit(count: u32) -> Option<SharedLimit> {
+        Some(SharedLimit {
+            rate: format!("{count}/1s").parse().unwrap(),
+            burst: None,
+        })
+    }
+
+    #[test]
+    fn the_cap_is_half_a_fair_share() {
+        assert_eq!(fair_cap(limit(30), 3, 32), 5);
+        assert_eq!(fair_cap(limit(5), 3, 32), 1);
+        assert_eq!(fair_cap(limit(1000), 1, 32), 32);
+        assert_eq!(fair_cap(None, 1, 32), 1);
+        assert_eq!(fair_cap(limit(30), 0, 32), 15);
+    }
+
+    #[test]
+    fn slots_serve_only_callers_whose_window_holds_them() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut pool = Pool::default();
+        pool.fill([slot(t0 + 100 * ms, 2), slot(t0 + 50 * ms, 1)]);
+        assert!(pool.take(t0 + 60 * ms, t0 + 90 * ms, t0).is_none());
+        // A slot a moment past is still good; one long past is not.
+        assert!(pool.take(t0, t0 + 200 * ms, t0 + 200 * ms).is_none());
+        assert_eq!(
+            pool.take(t0, t0 + 200 * ms, t0 + 52 * ms).unwrap().at,
+            t0 + 50 * ms
+        );
+        assert_eq!(
+            pool.take(t0 + 60 * ms, t0 + 200 * ms, t0).unwrap().at,
+            t0 + 100 * ms
+        );
+    }
+
+    #[test]
+    fn a_slot_just_past_serves_a_caller_who_may_start_now() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut pool = Pool::default();
+        pool.fill([slot(t0 + 10 * ms, 1)]);
+        // Not for one who must wait until later than now.
+        assert!(
+            pool.take(t0 + 13 * ms, t0 + 60 * ms, t0 + 12 * ms)
+                .is_none()
+        );
+        // The caller began 1 ms after the slot's time and may start now.
+        assert_eq!(
+            pool.take(t0 + 11 * ms, t0 + 61 * ms, t0 + 12 * ms)
+                .unwrap()
+                .at,
+            t0 + 10 * ms
+        );
+    }
+
+    #[test]
+    fn demand_grows_the_lease_and_stale_slots_shrink_it() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut pool = Pool::default();
+        assert_eq!(pool.want(8), 1);
+        pool.waiters = 3;
+        assert_eq!(pool.want(8), 4);
+        assert_eq!(pool.size(), 2);
+        assert_eq!(pool.want(8), 4);
+        assert_eq!(pool.want(8), 8);
+        assert_eq!(pool.want(8), 8);
+        pool.waiters = 0;
+        pool.fill([slot(t0, 1), slot(t0 + 10 * ms, 2)]);
+        assert_eq!(pool.sweep(t0 + 2 * ms).len(), 0);
+        assert_eq!(pool.sweep(t0 + 5 * ms).len(), 1);
+        assert_eq!(pool.size(), 4);
+        assert_eq!(pool.want(2), 2);
+    }
+
+    #[test]
+    fn a_new_key_returns_the_old_slots() {
+        let t0 = Instant::now();
+        let mut pool = Pool::default();
+        pool.fill([slot(t0, 1), slot(t0, 2)]);
+        let key = PoolKey {
+            scope: "api_key".into(),
+            limit: limit(5),
+        };
+        assert_eq!(pool.rekey(&key).len(), 2);
+        assert!(pool.rekey(&key).is_empty());
+        assert_eq!(pool.pooled(), 0);
+    }
+}

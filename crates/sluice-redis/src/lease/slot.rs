@@ -1,0 +1,362 @@
+//! A call's start slot: taken from the lease pool or reserved in Redis (by this call, or by the reservation in flight it waits for), then held until its time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use sluice::limiter::micros;
+use sluice::shared::{Decision, Hold, ReserveRequest};
+use tokio::time::Instant;
+
+use super::pool::{PoolKey, Pooled, fair_cap};
+use crate::RedisConfig;
+use crate::breaker::Permit;
+use crate::credential::{Cred, Mode};
+use crate::decision::denied;
+use crate::instant::since;
+use crate::runner::Runner;
+use crate::store::{Clock, ReserveArgs, Reserved, SlotToken};
+use crate::worker::Jobs;
+
+/// Rounds of "look at the pool, maybe wait for a reservation in flight".
+const ROUNDS: usize = 3;
+/// Extra leased slots start at least this far ahead: a slot due sooner
+/// serves only the callers already waiting (who asked for their own).
+const LEAD: Duration = Duration::from_millis(20);
+
+/// What getting a slot came to.
+pub(crate) enum Obtained {
+    /// A slot at `.0`, obtained (reserved or taken from the pool) at `.2`.
+    Slot(Instant, SlotToken, Instant),
+    /// Redis (or what it said moments ago) has no slot in the call's window.
+    Denied(Decision),
+    /// Redis cannot be asked: decide locally, for this reason.
+    Fallback(String),
+}
+
+/// This process's side of the shared log: its lease pools' refills and
+/// every reservation it sends.
+pub(crate) struct Leases {
+    runner: Arc<Runner>,
+    jobs: Jobs,
+    /// This process's id in the heartbeat set.
+    process: String,
+    /// Numbers the window entries of this process's reservations.
+    members: AtomicU64,
+    /// Whether the penalty subscription is live.
+    events_live: Arc<AtomicBool>,
+    max_lease: u32,
+    events: bool,
+    timeout: Duration,
+    heartbeat: Duration,
+}
+
+impl Leases {
+    pub(crate) fn new(
+        config: &RedisConfig,
+        runner: Arc<Runner>,
+        jobs: Jobs,
+        events_live: Arc<AtomicBool>,
+    ) -> Self {
+        Leases {
+            runner,
+            jobs,
+            process: format!("{:016x}", rand::random::<u64>()),
+            members: AtomicU64::new(0),
+            events_live,
+            max_lease: config.max_lease,
+            events: config.events,
+            timeout: config.timeout,
+            heartbeat: config.heartbeat,
+        }
+    }
+
+    /// This process's id in the heartbeat set.
+    pub(crate) fn process(&self) -> &str {
+        &self.process
+    }
+
+    /// A slot in `[not_before, latest]`: from the lease pool, or from a
+    /// reservation (this call's, or one in flight that it waits for).
+    pub(crate) async fn obtain(
+        &self,
+        cred: &Arc<Cred>,
+        request: &ReserveRequest<'_>,
+        key: &PoolKey,
+        not_before: Instant,
+        latest: Instant,
+    ) -> Obtained {
+        // Leased slots are safe only while this process hears of the
+        // blocks that void them.
+        let leases =
+            self.max_lease > 1 && (!self.events || self.events_live.load(Ordering::SeqCst));
+        for round in 0..ROUNDS {
+            let reserved = cred.reserved.notified();
+            tokio::pin!(reserved);
+            reserved.as_mut().enable();
+            let (fetch, epoch) = {
+                let now = Instant::now();
+                let mut state = cred.state.lock();
+                let mut stale = state.pool.rekey(key);
+                stale.extend(state.pool.sweep(now));
+                if !stale.is_empty() {
+                    self.jobs.refund(&cred.name, stale);
+                }
+                if let Some(slot) = state.pool.take(not_before, latest, now) {
+                    state.decisions.leased += 1;
+                    state.mode = (Mode::Shared, None);
+                    return Obtained::Slot(slot.at, slot.token, now);
+                }
+                // Redis said moments ago that nothing is free before
+                // `busy_until`: a call that cannot wait that long is told
+                // so without a round trip.
+                if let Some(busy) = state.busy_until.filter(|busy| latest < *busy) {
+                    state.decisions.denied += 1;
+                    return Obtained::Denied(denied(request, 0, since(busy, now), Hold::Rate));
+                }
+                match self.runner.permit(now, self.timeout * 2) {
+                    Permit::Refuse => return Obtained::Fallback("circuit breaker open".into()),
+                    Permit::Ask if leases && state.pool.fetching > 0 && round + 1 < ROUNDS => {
+                        state.pool.waiters += 1;
+                        (None, state.pool.epoch)
+                    }
+                    Permit::Ask | Permit::Probe => {
+                        let want = if leases {
+                            let cap = fair_cap(request.limit, state.processes, self.max_lease);
+                            state.pool.fetching += 1;
+                            state.pool.want(cap)
+                        } else {
+                            1
+                        };
+                        (Some((want, state.pool.waiters + 1)), state.pool.epoch)
+                    }
+                }
+            };
+            let Some((want, immediate)) = fetch else {
+                // Someone else is reserving: wait for it (at most the
+                // command timeout), then look at the pool again.
+                let waited = tokio::time::timeout(self.timeout, reserved).await;
+                let mut state = cred.state.lock();
+                state.pool.waiters = state.pool.waiters.saturating_sub(1);
+                if waited.is_err() || (state.pool.epoch != epoch && state.pool.last_failed) {
+                    return Obtained::Fallback(
+                        "the reservation this call waited for failed".into(),
+                    );
+                }
+                continue;
+            };
+            // Counted in `fetching` from here: a call dropped while its
+            // reservation is out must not leave the count up for good.
+            let in_flight = InFlight {
+                cred,
+                armed: leases,
+            };
+            let obtained = self
+                .reserve(
+                    cred,
+                    request,
+                    (not_before, latest),
+                    (want, immediate),
+                    leases,
+                )
+                .await;
+            in_flight.disarm();
+            return match obtained {
+                // Only a denial for the rate: a block or quota stands.
+                Obtained::Denied(Decision::Denied {
+                    hold: Hold::Rate, ..
+                }) if leases => self
+                    .pooled_after_denial(cred, not_before, latest)
+                    .await
+                    .unwrap_or(obtained),
+                other => other,
+            };
+        }
+        Obtained::Fallback("no slot after waiting for reservations".into())
+    }
+
+    /// Redis said "full" to this call, but the slots it wanted may be in
+    /// this process's own leases, fetched by other callers and landing in
+    /// the pool around now: a denial then would leave them unused while
+    /// the call is deferred (at 10/1s, a burst of 10 calls started 9 and
+    /// deferred one with a slot pooled, when two leases were in flight and
+    /// only the first was waited for). Looks at the pool again each time a
+    /// reservation lands, while any is in flight (at most the timeout).
+    async fn pooled_after_denial(
+        &self,
+        cred: &Arc<Cred>,
+        not_before: Instant,
+        latest: Instant,
+    ) -> Option<Obtained> {
+        let until = tokio::time::Instant::now() + self.timeout;
+        loop {
+            // Registered before the pool is read: a landing after it wakes us.
+            let landed = cred.reserved.notified();
+            tokio::pin!(landed);
+            landed.as_mut().enable();
+            {
+                let now = Instant::now();
+                let mut state = cred.state.lock();
+                if let Some(slot) = state.pool.take(not_before, latest, now) {
+                    // The denial counted by `reserve` did not happen after all.
+                    state.decisions.denied = state.decisions.denied.saturating_sub(1);
+                    state.decisions.leased += 1;
+                    state.mode = (Mode::Shared, None);
+                    return Some(Obtained::Slot(slot.at, slot.token, now));
+                }
+                if state.pool.fetching == 0 {
+                    return None;
+                }
+            }
+            if tokio::time::timeout_at(until, landed).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Reserves `want` slots in Redis, `immediate` of which may start at
+    /// once; the first goes to this call, the others into the pool.
+    async fn reserve(
+        &self,
+        cred: &Arc<Cred>,
+        request: &ReserveRequest<'_>,
+        (not_before, latest): (Instant, Instant),
+        (want, immediate): (u32, u32),
+        leases: bool,
+    ) -> Obtained {
+        let member = format!(
+            "{}:{}",
+            self.process,
+            self.members.fetch_add(1, Ordering::Relaxed)
+        );
+        let scopes: Vec<&str> = request.scopes.to_vec();
+        let sent = Instant::now();
+        let max_wait = micros(since(latest, sent));
+        let args = ReserveArgs {
+            credential: request.credential,
+            scopes: &scopes,
+            limit: request.limit,
+            not_before: micros(since(not_before, sent)),
+            max_wait,
+            slots: want,
+            horizon: max_wait,
+            immediate,
+            lead: micros(LEAD),
+            process: Some(&self.process),
+            heartbeat: micros(self.heartbeat),
+            member_prefix: &member,
+        };
+        let result =
+            self.runner
+                .run(|store, mut conn| async move {
+                    store.reserve(&mut conn, &args, Clock::Server).await
+                })
+                .await;
+        let received = Instant::now();
+        let outcome = {
+            let mut state = cred.state.lock();
+            if leases {
+                state.pool.fetching = state.pool.fetching.saturating_sub(1);
+                state.pool.epoch += 1;
+                state.pool.last_failed = result.is_err();
+            }
+            match result {
+                Ok(Reserved::Granted { view, slots }) => {
+                    if view.processes > 0 {
+                        state.processes = view.processes;
+                    }
+                    state.holds.absorb(&view, received);
+                    state.mode = (Mode::Shared, None);
+                    state.decisions.shared += 1;
+                    state.busy_until = None;
+                    let mut slots = slots.into_iter().map(|slot| Pooled {
+                        at: received + Duration::from_micros(slot.wait),
+                        token: slot.token,
+                    });
+                    match slots.next() {
+                        Some(first) => {
+                            state.pool.fill(slots);
+                            Obtained::Slot(first.at, first.token, received)
+                        }
+                        None => Obtained::Fallback("Redis granted no slot".into()),
+                    }
+                }
+                Ok(Reserved::Denied {
+                    view,
+                    wait,
+                    scope,
+                    hold,
+                }) => {
+                    if view.processes > 0 {
+                        state.processes = view.processes;
+                    }
+                    state.holds.absorb(&view, received);
+                    state.mode = (Mode::Shared, None);
+                    state.decisions.denied += 1;
+                    if hold == Hold::Rate && not_before <= sent {
+                        state.busy_until = Some(received + Duration::from_micros(wait));
+                    }
+                    let index = scope.min(request.scopes.len().saturating_sub(1));
+                    Obtained::Denied(denied(request, index, Duration::from_micros(wait), hold))
+                }
+                Err(error) => Obtained::Fallback(error.to_string()),
+            }
+        };
+        cred.reserved.notify_waiters();
+        outcome
+    }
+}
+
+/// Sleeps until `at`, watching for holds; false when one voids the slot
+/// (obtained at `obtained`) before it comes.
+pub(crate) async fn hold_until(
+    cred: &Cred,
+    parts: &[String],
+    at: Instant,
+    obtained: Instant,
+) -> bool {
+    loop {
+        let held = cred.held.notified();
+        tokio::pin!(held);
+        held.as_mut().enable();
+        let now = Instant::now();
+        if cred.state.lock().holds.voids(parts, at, obtained, now) {
+            return false;
+        }
+        if now >= at {
+            return true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => {}
+            () = &mut held => {}
+        }
+    }
+}
+
+/// One lease reservation counted in the pool's `fetching`: `reserve` takes
+/// it off when the answer comes; dropped before that (the call cancelled
+/// mid-flight), it takes it off itself and wakes the callers waiting on it.
+struct InFlight<'a> {
+    cred: &'a Cred,
+    armed: bool,
+}
+
+impl InFlight<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            {
+                let mut state = self.cred.state.lock();
+                state.pool.fetching = state.pool.fetching.saturating_sub(1);
+                state.pool.epoch += 1;
+                state.pool.last_failed = true;
+            }
+            self.cred.reserved.notify_waiters();
+        }
+    }
+}

@@ -1,0 +1,547 @@
+//! Several windows and units of one call, checked and spent in one atomic
+//! Lua step on the server's clock (issue 14), and trued up afterwards.
+//!
+//! A call touches budgets: each request window of its credential and of its
+//! group (cost 1), and each window of every unit it spends (cost: its
+//! estimate). [`SpendScripts::reserve`] finds the earliest start at which
+//! every one of them has room and charges them all, or charges nothing;
+//! [`SpendScripts::settle`] rewrites the call's cost in a unit's windows at
+//! the call's own start once the answer states the true cost, and
+//! [`SpendScripts::refund`] removes an unused start. Every key lives under
+//! the credential's hash tag, so each script touches one Cluster slot.
+
+use redis::{Script, Value};
+
+use crate::Error;
+use crate::keys::{CredentialKeys, part};
+use crate::store::Clock;
+
+/// Integer microseconds.
+pub type Micros = u64;
+
+/// How long keys outlive the windows they hold (as the reserve script's).
+const TTL_SLACK: Micros = 5_000_000;
+
+/// One window of one budget a call spends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// The scope or unit it belongs to (`api_key`, a group, `tokens`).
+    pub name: String,
+    /// Which of that budget's windows (0 for the first).
+    pub index: usize,
+    /// At most this much spent by starts in any window.
+    pub limit: u64,
+    /// The window, µs (at least 1).
+    pub window: Micros,
+    /// What the call costs here: 1 for requests, the estimate for a unit.
+    pub cost: u64,
+    /// Set: a GCRA bucket (sustained `limit` per `window`, this many at
+    /// once) instead of a sliding window.
+    pub burst: Option<u64>,
+}
+
+impl Budget {
+    /// A request window of `name`: `limit` starts per `window`, cost 1.
+    pub fn requests(name: &str, index: usize, limit: u64, window: Micros) -> Self {
+        Budget {
+            name: name.to_owned(),
+            index,
+            limit,
+            window,
+            cost: 1,
+            burst: None,
+        }
+    }
+
+    /// A unit's window: `limit` units per `window`, the call costing `cost`.
+    pub fn unit(name: &str, index: usize, limit: u64, window: Micros, cost: u64) -> Self {
+        Budget {
+            name: name.to_owned(),
+            index,
+            limit,
+            window,
+            cost,
+            burst: None,
+        }
+    }
+
+    /// This budget as a GCRA bucket holding `burst` at once.
+    pub fn with_burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// The most one call can spend here.
+    fn capacity(&self) -> u64 {
+        self.burst.unwrap_or(self.limit)
+    }
+
+    /// T, the emission interval of a bucket, µs.
+    fn interval(&self) -> Micros {
+        self.window.max(1).div_ceil(self.limit.max(1))
+    }
+
+    fn key(&self, keys: &CredentialKeys) -> String {
+        let key = keys.budget(&part(&self.name), self.index);
+        // A bucket's string never meets a window's sorted set of the same
+        // budget (a config changed between them).
+        if self.burst.is_some() {
+            format!("{key}:g")
+        } else {
+            key
+        }
+    }
+}
+
+/// The spend script's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Spent {
+    /// Every budget was charged; start after `wait` µs.
+    Granted {
+        /// From now, on the server's clock.
+        wait: Micros,
+    },
+    /// No common start within the acceptable wait; nothing was charged.
+    Denied {
+        /// The earliest common start, from now.
+        wait: Micros,
+        /// Index (into the budgets given) of the budget that put it furthest off.
+        budget: usize,
+    },
+}
+
+/// What a granted spend did to a GCRA budget, to give it back or true it up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bucket {
+    /// Which budget (an index into those given).
+    pub budget: usize,
+    /// Its `tat` before the spend, µs.
+    pub before: Micros,
+    /// Its `tat` after it, µs.
+    pub after: Micros,
+}
+
+/// A spend's answer with what the script saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// The decision.
+    pub spent: Spent,
+    /// The processes in the heartbeat set (0: none sent).
+    pub processes: u32,
+    /// Granted: the start, µs on the server's clock.
+    pub start: Micros,
+    /// Granted: what it did to each GCRA budget.
+    pub buckets: Vec<Bucket>,
+}
+
+/// When a spend may start, µs from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// No earlier than this.
+    pub not_before: Micros,
+    /// No later than this.
+    pub max_wait: Micros,
+}
+
+/// A process beating the credential's heartbeat set with a spend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat<'a> {
+    /// The process's id.
+    pub process: &'a str,
+    /// A process counts as present this long after its last beat, µs.
+    pub window: Micros,
+}
+
+/// The spend, settle and refund scripts (run with `EVALSHA`, reloaded on NOSCRIPT).
+#[derive(Debug, Clone)]
+pub struct SpendScripts {
+    spend: Script,
+    settle: Script,
+}
+
+impl Default for SpendScripts {
+    fn default() -> Self {
+        SpendScripts {
+            spend: Script::new(include_str!("lua/spend.lua")),
+            settle: Script::new(include_str!("lua/settle.lua")),
+        }
+    }
+}
+
+fn clock_arg(clock: Clock) -> String {
+    match clock {
+        Clock::Server => String::new(),
+        Clock::At(now) => now.to_string(),
+    }
+}
+
+fn reply_error(error: &redis::RedisError) -> Error {
+    Error::from_redis(error, &[], std::time::Duration::ZERO)
+}
+
+fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+impl SpendScripts {
+    /// Charges `member` (unique per call) on every budget at one common
+    /// start no more than `max_wait` µs from now, or charges nothing.
+    ///
+    /// A cost above its budget's limit could never fit: it is refused here
+    /// with an error naming the budget, before anything is sent to Redis.
+    pub async fn reserve<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        member: &str,
+        max_wait: Micros,
+        clock: Clock,
+    ) -> Result<Spent, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        self.reserve_after(conn, keys, budgets, member, 0, max_wait, clock)
+            .await
+    }
+
+    /// [`SpendScripts::reserve`] for a start no earlier than `not_before`
+    /// µs from now (another scope of the call starts it later).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn reserve_after<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        member: &str,
+        not_before: Micros,
+        max_wait: Micros,
+        clock: Clock,
+    ) -> Result<Spent, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let window = Window {
+            not_before,
+            max_wait,
+        };
+        self.reserve_seen(conn, keys, budgets, member, window, None, clock)
+            .await
+            .map(|seen| seen.spent)
+    }
+
+    /// [`SpendScripts::reserve_after`] that also beats `heartbeat`'s
+    /// process in the credential's heartbeat set (the one the reserve
+    /// script keeps), and returns the processes present with the answer:
+    /// the fallback's share is one over them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn reserve_seen<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        member: &str,
+        window: Window,
+        heartbeat: Option<Heartbeat<'_>>,
+        clock: Clock,
+    ) -> Result<Seen, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let Window {
+            not_before,
+            max_wait,
+        } = window;
+        if budgets.is_empty() {
+            return Err(Error::Reply("a spend needs at least one budget".into()));
+        }
+        if let Some(over) = budgets.iter().find(|b| b.cost > b.capacity()) {
+            return Err(Error::Reply(format!(
+                "a cost of {} exceeds {}'s window of {} and can never fit",
+                over.cost,
+                over.name,
+                over.capacity()
+            )));
+        }
+        let mut invocation = self.spend.prepare_invoke();
+        for budget in budgets {
+            invocation.key(budget.key(keys));
+        }
+        invocation.key(keys.processes());
+        invocation
+            .arg(clock_arg(clock))
+            .arg(max_wait)
+            .arg(member)
+            .arg(TTL_SLACK)
+            .arg(not_before)
+            .arg(heartbeat.map_or("", |h| h.process))
+            .arg(heartbeat.map_or(0, |h| h.window));
+        for budget in budgets {
+            invocation
+                .arg(budget.limit)
+                .arg(budget.window.max(1))
+                .arg(budget.cost)
+                .arg(budget.burst.unwrap_or(0));
+        }
+        let value: Value = invocation
+            .invoke_async(conn)
+            .await
+            .map_err(|e| reply_error(&e))?;
+        parse_spent(&value, budgets.len())
+    }
+
+    /// Trues `member`'s cost up in `budgets` (whose `cost` is the estimate
+    /// charged) to `actual`, at the call's start. Returns the entries changed.
+    /// A GCRA budget is left alone: [`SpendScripts::settle_buckets`] knows
+    /// what the spend did to it.
+    pub async fn settle<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        member: &str,
+        actual: u64,
+    ) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        self.rewrite(
+            conn,
+            keys,
+            budgets,
+            member,
+            &Granted::default(),
+            Some(actual),
+        )
+        .await
+    }
+
+    /// Removes `member`'s unused start from `budgets` (GCRA budgets: see
+    /// [`SpendScripts::refund_buckets`]).
+    pub async fn refund<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        member: &str,
+    ) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        self.rewrite(conn, keys, budgets, member, &Granted::default(), None)
+            .await
+    }
+
+    /// [`SpendScripts::settle`], GCRA budgets included: `granted` is what
+    /// the spend answered ([`Seen`]'s start and buckets).
+    pub async fn settle_buckets<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        member: &str,
+        granted: &Granted,
+        actual: u64,
+    ) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        self.rewrite(conn, keys, budgets, member, granted, Some(actual))
+            .await
+    }
+
+    /// [`SpendScripts::refund`], GCRA budgets included (a bucket's slot
+    /// comes back only while nothing was charged after it).
+    pub async fn refund_buckets<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        member: &str,
+        granted: &Granted,
+    ) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        self.rewrite(conn, keys, budgets, member, granted, None)
+            .await
+    }
+
+    async fn rewrite<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        member: &str,
+        granted: &Granted,
+        actual: Option<u64>,
+    ) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        // A bucket whose spend is not known is not touched.
+        let touched: Vec<(&Budget, Option<&Bucket>)> = budgets
+            .iter()
+            .enumerate()
+            .filter_map(|(index, budget)| match budget.burst {
+                None => Some((budget, None)),
+                Some(_) => granted
+                    .buckets
+                    .iter()
+                    .find(|bucket| bucket.budget == index)
+                    .map(|bucket| (budget, Some(bucket))),
+            })
+            .collect();
+        if touched.is_empty() {
+            return Ok(0);
+        }
+        let mut invocation = self.settle.prepare_invoke();
+        for (budget, _) in &touched {
+            invocation.key(budget.key(keys));
+        }
+        invocation.arg(member);
+        for (budget, bucket) in &touched {
+            invocation
+                .arg(budget.cost)
+                .arg(actual.map_or_else(String::new, |cost| cost.to_string()));
+            match bucket {
+                Some(bucket) => invocation
+                    .arg(budget.interval())
+                    .arg(granted.start)
+                    .arg(bucket.before)
+                    .arg(bucket.after),
+                None => invocation.arg("").arg("").arg("").arg(""),
+            };
+        }
+        let value: Value = invocation
+            .invoke_async(conn)
+            .await
+            .map_err(|e| reply_error(&e))?;
+        int(&value)
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| Error::Reply(format!("unexpected settle reply {value:?}")))
+    }
+}
+
+/// What a granted spend did, for its refund or true-up: its start (µs on
+/// the server's clock) and each GCRA budget's arrival times.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Granted {
+    /// The start.
+    pub start: Micros,
+    /// What the spend did to each GCRA budget.
+    pub buckets: Vec<Bucket>,
+}
+
+/// The spend script's reply: what it decided, the processes present (0
+/// when no heartbeat was sent), and for a grant its start and buckets.
+fn parse_spent(value: &Value, budgets: usize) -> Result<Seen, Error> {
+    let Value::Array(items) = value else {
+        return Err(Error::Reply(format!("unexpected spend reply {value:?}")));
+    };
+    let field = |index: usize| {
+        items
+            .get(index)
+            .and_then(int)
+            .and_then(|n| u64::try_from(n).ok())
+    };
+    let processes = field(3).and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+    let spent = parse_decision(value, items, budgets)?;
+    let start = field(4).unwrap_or(0);
+    let mut buckets = Vec::new();
+    let mut at = 5;
+    while items.len() >= at + 3 {
+        let (Some(index), Some(before), Some(after)) = (field(at), field(at + 1), field(at + 2))
+        else {
+            return Err(Error::Reply(format!("unexpected spend reply {value:?}")));
+        };
+        let budget = usize::try_from(index)
+            .ok()
+            .and_then(|index| index.checked_sub(1))
+            .filter(|index| *index < budgets)
+            .ok_or_else(|| Error::Reply(format!("unexpected spend reply {value:?}")))?;
+        buckets.push(Bucket {
+            budget,
+            before,
+            after,
+        });
+        at += 3;
+    }
+    Ok(Seen {
+        spent,
+        processes,
+        start,
+        buckets,
+    })
+}
+
+fn parse_decision(value: &Value, items: &[Value], budgets: usize) -> Result<Spent, Error> {
+    let bad = || Error::Reply(format!("unexpected spend reply {value:?}"));
+    let field = |index: usize| items.get(index).and_then(int);
+    let wait = field(1)
+        .and_then(|wait| u64::try_from(wait).ok())
+        .ok_or_else(bad)?;
+    match field(0) {
+        Some(1) => Ok(Spent::Granted { wait }),
+        Some(0) => {
+            let budget = field(2)
+                .and_then(|index| usize::try_from(index).ok())
+                .and_then(|index| index.checked_sub(1))
+                .filter(|index| *index < budgets)
+                .ok_or_else(bad)?;
+            Ok(Spent::Denied { wait, budget })
+        }
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_parse() {
+        let seen = |spent, processes, start, buckets| Seen {
+            spent,
+            processes,
+            start,
+            buckets,
+        };
+        let granted = Value::Array(vec![Value::Int(1), Value::Int(250)]);
+        assert_eq!(
+            parse_spent(&granted, 2),
+            Ok(seen(Spent::Granted { wait: 250 }, 0, 0, vec![]))
+        );
+        let ints = |v: &[i64]| Value::Array(v.iter().map(|n| Value::Int(*n)).collect());
+        let bucket = ints(&[1, 5, 0, 3, 1_005, 2, 900, 1_200]);
+        let expected = Bucket {
+            budget: 1,
+            before: 900,
+            after: 1_200,
+        };
+        assert_eq!(
+            parse_spent(&bucket, 2),
+            Ok(seen(Spent::Granted { wait: 5 }, 3, 1_005, vec![expected]))
+        );
+        let denied = ints(&[0, 9, 2, 2]);
+        assert_eq!(
+            parse_spent(&denied, 2),
+            Ok(seen(Spent::Denied { wait: 9, budget: 1 }, 2, 0, vec![]))
+        );
+        let out_of_range = ints(&[0, 9, 3]);
+        assert!(parse_spent(&out_of_range, 2).is_err());
+        assert!(parse_spent(&ints(&[1, 5, 0, 3, 1_005, 3, 1, 2]), 2).is_err());
+        assert!(parse_spent(&Value::Nil, 1).is_err());
+    }
+
+    #[test]
+    fn budget_keys_share_the_credential_slot() {
+        let keys = CredentialKeys::new("sluice", "openai");
+        let budget = Budget::unit("to:kens", 1, 150_000, 60_000_000, 800);
+        assert_eq!(budget.key(&keys), "sluice:{openai}:b:to%3Akens:1");
+    }
+}

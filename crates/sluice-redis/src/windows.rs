@@ -1,0 +1,294 @@
+//! Calls that spend several windows or any unit (issue 14): one spend
+//! script per call, no lease, and the true-up sent after the answer.
+//!
+//! A lease holds slots of one request window; a call that also spends a
+//! second window, a group's windows or a unit's cost cannot take one
+//! without overspending the others, so it goes to Redis each time
+//! ([`crate::spend`]'s scripts: every budget checked and charged in one
+//! atomic step). The grant token is `w|{member}`; what each member charged
+//! is kept here, so that a refund or settle rewrites exactly that.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use sluice::shared::{Decision, Grant, Hold, ReserveRequest, SharedWindow};
+use tokio::time::Instant;
+
+use crate::Error;
+use crate::breaker::Permit;
+use crate::decision::denied;
+use crate::runner::Runner;
+use crate::spend::{Bucket, Budget, Granted, Heartbeat, Seen, SpendScripts, Spent, Window};
+use crate::store::Clock;
+
+/// How long what a member charged is kept for its refund or settle: a
+/// call's answer comes within its deadline, far less than this.
+const MEMBER_MEMORY: Duration = Duration::from_secs(600);
+
+/// The grant token's prefix for a spend of several windows.
+const PREFIX: &str = "w|";
+
+/// One process's spends of several windows, by member.
+pub(crate) struct Spends {
+    scripts: SpendScripts,
+    process: String,
+    /// The heartbeat window, µs: the spends beat the same set as leases.
+    heartbeat: u64,
+    next: AtomicU64,
+    held: Mutex<HashMap<String, Held>>,
+}
+
+struct Held {
+    credential: String,
+    budgets: Vec<Budget>,
+    /// The start and what the spend did to its GCRA budgets.
+    granted: Granted,
+    at: Instant,
+}
+
+/// What asking Redis gave.
+pub(crate) enum Asked {
+    /// Redis decided, and counted these processes on the credential (0: unknown).
+    Decided(Decision, u32),
+    /// Redis cannot be asked: decide locally, for this reason.
+    Fallback(String),
+}
+
+/// The Redis budget name of a window: its scope, or `scope:unit` for a
+/// unit, with `~low` for the low-priority share of either (a TOML bare key
+/// has neither `:` nor `~`, so none of them meet).
+fn budget_name(window: &SharedWindow) -> String {
+    let name = match &window.unit {
+        None => window.scope.clone(),
+        Some(unit) => format!("{}:{unit}", window.scope),
+    };
+    if window.low {
+        format!("{name}~low")
+    } else {
+        name
+    }
+}
+
+fn budgets(windows: &[SharedWindow]) -> Vec<Budget> {
+    windows
+        .iter()
+        .map(|window| Budget {
+            name: budget_name(window),
+            index: window.index,
+            limit: u64::from(window.rate.count().get()),
+            window: u64::try_from(window.rate.window().as_micros()).unwrap_or(u64::MAX),
+            cost: window.cost,
+            burst: window.burst.map(|burst| u64::from(burst.get())),
+        })
+        .collect()
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Spends {
+    pub(crate) fn new(process: &str, heartbeat: Duration) -> Self {
+        Spends {
+            scripts: SpendScripts::default(),
+            process: process.to_owned(),
+            heartbeat: micros(heartbeat),
+            next: AtomicU64::new(0),
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Charges every window of `request` at one start between `not_before`
+    /// and `max_wait` from now, or nothing.
+    pub(crate) async fn reserve(
+        &self,
+        runner: &Runner,
+        request: &ReserveRequest<'_>,
+        not_before: Duration,
+        max_wait: Duration,
+    ) -> Asked {
+        let budgets = budgets(request.windows);
+        if let Permit::Refuse = runner.permit(Instant::now(), Duration::from_secs(1)) {
+            return Asked::Fallback("circuit breaker open".into());
+        }
+        let member = format!(
+            "{}.{}",
+            self.process,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let keys = runner.store().keys(request.credential);
+        let result = runner
+            .run(|_, mut conn| {
+                let scripts = &self.scripts;
+                let (budgets, member, keys) = (&budgets, &member, &keys);
+                let heartbeat = Heartbeat {
+                    process: &self.process,
+                    window: self.heartbeat,
+                };
+                let window = Window {
+                    not_before: micros(not_before),
+                    max_wait: micros(max_wait),
+                };
+                async move {
+                    scripts
+                        .reserve_seen(
+                            &mut conn,
+                            keys,
+                            budgets,
+                            member,
+                            window,
+                            Some(heartbeat),
+                            Clock::Server,
+                        )
+                        .await
+                }
+            })
+            .await;
+        match result {
+            Ok(Seen {
+                spent: Spent::Granted { wait },
+                processes,
+                start,
+                buckets,
+            }) => {
+                let granted = Granted { start, buckets };
+                self.remember(&member, request.credential, budgets, granted);
+                let decision = Decision::Granted {
+                    wait: Duration::from_micros(wait),
+                    grant: Grant {
+                        token: format!("{PREFIX}{member}"),
+                    },
+                };
+                Asked::Decided(decision, processes)
+            }
+            Ok(Seen {
+                spent: Spent::Denied { wait, budget },
+                processes,
+                ..
+            }) => {
+                let scope = request.windows.get(budget).map(|w| w.scope.as_str());
+                let index = scope
+                    .and_then(|scope| request.scopes.iter().position(|s| *s == scope))
+                    .unwrap_or(0);
+                let wait = Duration::from_micros(wait);
+                Asked::Decided(denied(request, index, wait, Hold::Rate), processes)
+            }
+            // A cost that can never fit is refused before Redis is asked;
+            // the engine's own check says so to the caller first.
+            Err(Error::Reply(reason)) if reason.contains("can never fit") => {
+                Asked::Decided(denied(request, 0, Duration::MAX, Hold::Rate), 0)
+            }
+            Err(error) => Asked::Fallback(error.to_string()),
+        }
+    }
+
+    fn remember(&self, member: &str, credential: &str, budgets: Vec<Budget>, granted: Granted) {
+        let now = Instant::now();
+        let mut held = self.held.lock();
+        held.retain(|_, h| now.saturating_duration_since(h.at) < MEMBER_MEMORY);
+        held.insert(
+            member.to_owned(),
+            Held {
+                credential: credential.to_owned(),
+                budgets,
+                granted,
+                at: now,
+            },
+        );
+    }
+
+    /// The member of a grant this module made.
+    pub(crate) fn member(grant: &Grant) -> Option<&str> {
+        grant.token.strip_prefix(PREFIX)
+    }
+
+    /// Removes `member`'s unused start from every window, in the background.
+    pub(crate) fn refund(self: &Arc<Self>, runner: &Arc<Runner>, member: &str) {
+        let Some(held) = self.held.lock().remove(member) else {
+            return;
+        };
+        let (this, runner, member) = (self.clone(), runner.clone(), member.to_owned());
+        spawn(async move {
+            let keys = runner.store().keys(&held.credential);
+            let done = runner
+                .run(|_, mut conn| async move {
+                    this.scripts
+                        .refund_buckets(&mut conn, &keys, &held.budgets, &member, &held.granted)
+                        .await
+                })
+                .await;
+            if let Err(error) = done {
+                tracing::debug!(%error, "could not refund a spend; it expires with its windows");
+            }
+        });
+    }
+
+    /// Trues `member`'s cost in `unit` up from `estimate` to `actual`, in
+    /// the background.
+    pub(crate) fn settle(
+        self: &Arc<Self>,
+        runner: &Arc<Runner>,
+        member: &str,
+        unit: &str,
+        estimate: u64,
+        actual: u64,
+    ) {
+        // The unit's windows, and its low share's for a low call.
+        let (suffix, low) = (format!(":{unit}"), format!(":{unit}~low"));
+        let (credential, budgets, granted) = {
+            let mut held = self.held.lock();
+            let Some(entry) = held.get_mut(member) else {
+                return;
+            };
+            let mut charged = Vec::new();
+            // The buckets among them, renumbered to `charged`.
+            let mut buckets = Vec::new();
+            for (index, budget) in entry.budgets.iter_mut().enumerate() {
+                let named = budget.name.ends_with(&suffix) || budget.name.ends_with(&low);
+                if named && budget.cost == estimate {
+                    if let Some(bucket) = entry.granted.buckets.iter().find(|b| b.budget == index) {
+                        buckets.push(Bucket {
+                            budget: charged.len(),
+                            ..*bucket
+                        });
+                    }
+                    charged.push(budget.clone());
+                    budget.cost = actual;
+                }
+            }
+            let granted = Granted {
+                start: entry.granted.start,
+                buckets,
+            };
+            (entry.credential.clone(), charged, granted)
+        };
+        if budgets.is_empty() {
+            return;
+        }
+        let (this, runner, member) = (self.clone(), runner.clone(), member.to_owned());
+        spawn(async move {
+            let keys = runner.store().keys(&credential);
+            let done = runner
+                .run(|_, mut conn| async move {
+                    this.scripts
+                        .settle_buckets(&mut conn, &keys, &budgets, &member, &granted, actual)
+                        .await
+                })
+                .await;
+            if let Err(error) = done {
+                tracing::debug!(%error, "could not settle a spend in Redis; the estimate stays");
+            }
+        });
+    }
+}
+
+/// Runs `task` on the current runtime; outside one (a budget dropped
+/// after its runtime) there is nothing left to tell.
+fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(task);
+    }
+}

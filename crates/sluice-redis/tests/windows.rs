@@ -1,0 +1,254 @@
+//! Issue 14 end to end on a real `redis-server`: two gates (two processes)
+//! share a credential with two request windows and a unit with a cost and a
+//! true-up; the upstream records every request's start, and every window
+//! holds summed over both gates.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use sluice::{
+    Call, Cost, CredentialConfig, Defaults, Executor, Gate, GateConfig, Outcome, Request, Settle,
+    ToolConfig, TransportError, UnitConfig,
+};
+use sluice_redis::RedisBudget;
+use support::{RedisServer, max_in_window, redis_config};
+
+/// Records each request's start (ms since the test began) and answers
+/// that the call used `USED` tokens.
+#[derive(Clone)]
+struct Recorder {
+    began: Instant,
+    starts: Arc<Mutex<Vec<f64>>>,
+}
+
+/// The true cost the upstream reports: half the estimate.
+const USED: u64 = 5;
+const ESTIMATE: u64 = 10;
+
+impl Executor for Recorder {
+    type Payload = Value;
+
+    async fn execute(
+        &self,
+        _request: Request<Value>,
+    ) -> Result<http::Response<Bytes>, TransportError> {
+        let at = self.began.elapsed().as_secs_f64() * 1000.0;
+        self.starts.lock().push(at);
+        http::Response::builder()
+            .status(200)
+            .header("x-used", USED.to_string())
+            .body(Bytes::from_static(b"{}"))
+            .map_err(|e| TransportError::other(e.to_string()))
+    }
+}
+
+fn gate(recorder: &Recorder, budget: Arc<RedisBudget>, seed: u64) -> Gate<Recorder> {
+    let credential = CredentialConfig::with_rate("5/1s".parse().unwrap())
+        .window("20/10s".parse().unwrap())
+        .unit("tokens", UnitConfig::with_rate("40/1s".parse().unwrap()))
+        .shared(true)
+        .max_in_flight(8)
+        .queue(64);
+    let tool = ToolConfig::read("key")
+        .cost("tokens", Cost::Argument("max_tokens".into()))
+        .settle("tokens", Settle::Header("x-used".into()));
+    let config = GateConfig::default()
+        .defaults(Defaults {
+            // Loopback on a loaded two-core machine: as the other Redis tests.
+            window_margin: Duration::from_millis(100),
+            ..Defaults::default()
+        })
+        .credential("key", credential)
+        .tool("chat", tool);
+    Gate::builder(config, recorder.clone())
+        .seed(seed)
+        .shared(budget)
+        .build()
+        .unwrap()
+}
+
+async fn drive(
+    gate: Arc<Gate<Recorder>>,
+    name: &'static str,
+    until: tokio::time::Instant,
+) -> usize {
+    let mut tasks = Vec::new();
+    for worker in 0..4 {
+        let gate = gate.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ok = 0;
+            let mut i = 0u64;
+            while tokio::time::Instant::now() < until && i < 1_000 {
+                i += 1;
+                let call = Call::new(
+                    "chat",
+                    json!({ "q": format!("{name}-{worker}-{i}"), "max_tokens": ESTIMATE }),
+                )
+                .deadline(Duration::from_secs(2));
+                match gate.call(call).await {
+                    Outcome::RateLimited { retry_after_ms, .. } => {
+                        let backoff = Duration::from_millis(retry_after_ms.clamp(5, 200));
+                        tokio::time::sleep(backoff).await;
+                    }
+                    outcome if outcome.status() == "ok" => ok += 1,
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            ok
+        }));
+    }
+    let mut ok = 0;
+    for task in tasks {
+        ok += task.await.unwrap();
+    }
+    ok
+}
+
+/// `rate = ["5/1s", "20/10s"]` and tokens at 40/1s, each call estimated at
+/// 10 tokens and settled at 5: across both gates, no second holds more
+/// than 5 starts and the first ten seconds no more than 20. The true-up
+/// shows too: at the estimate only 4 calls fit the tokens of a second,
+/// settled, the request window's 5 do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gates_hold_every_window_and_settle_the_unit() {
+    let server = RedisServer::start();
+    let recorder = Recorder {
+        began: Instant::now(),
+        starts: Arc::new(Mutex::new(Vec::new())),
+    };
+    let a = RedisBudget::connect(redis_config(&server.url()))
+        .await
+        .unwrap();
+    let b = RedisBudget::connect(redis_config(&server.url()))
+        .await
+        .unwrap();
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let gate_a = Arc::new(gate(&recorder, a.clone(), 1));
+    let gate_b = Arc::new(gate(&recorder, b.clone(), 2));
+    let until = tokio::time::Instant::now() + Duration::from_millis(5_500);
+    let (ok_a, ok_b) = tokio::join!(drive(gate_a, "a", until), drive(gate_b, "b", until));
+    let starts = recorder.starts.lock().clone();
+    assert_eq!(starts.len(), ok_a + ok_b, "every start is an ok call");
+    assert!(
+        ok_a > 0 && ok_b > 0,
+        "both gates made progress: {ok_a} {ok_b}"
+    );
+    assert!(
+        max_in_window(&starts, 1_000.0) <= 5,
+        "5/1s over both gates: {starts:?}"
+    );
+    assert!(starts.len() <= 20, "20/10s over both gates: {starts:?}");
+    // 5.5 s at 5 a second reaches the 10 s window's 20.
+    assert!(
+        starts.len() >= 16,
+        "the windows, not the test, set the pace: {starts:?}"
+    );
+}
+
+/// The true-up reaches Redis: calls taken in turn from two gates, each
+/// estimated at 10 tokens of 40 a second and settled at 5, start five in
+/// the first second (at the estimate only four would fit); the sixth waits
+/// for the 5/1s request window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_cost_frees_the_unit_for_the_other_gate() {
+    let server = RedisServer::start();
+    let recorder = Recorder {
+        began: Instant::now(),
+        starts: Arc::new(Mutex::new(Vec::new())),
+    };
+    let a = Arc::new(
+        RedisBudget::connect(redis_config(&server.url()))
+            .await
+            .unwrap(),
+    );
+    let b = Arc::new(
+        RedisBudget::connect(redis_config(&server.url()))
+            .await
+            .unwrap(),
+    );
+    let gates = [gate(&recorder, a, 1), gate(&recorder, b, 2)];
+    for i in 0..6 {
+        let call = Call::new("chat", json!({ "q": i, "max_tokens": ESTIMATE }))
+            .deadline(Duration::from_secs(3));
+        let outcome = gates[i % 2].call(call).await;
+        assert_eq!(outcome.status(), "ok", "call {i}: {outcome:?}");
+        // The true-up is sent in the background; let it land.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let starts = recorder.starts.lock().clone();
+    assert_eq!(starts.len(), 6);
+    assert!(
+        starts[4] - starts[0] < 700.0,
+        "five calls in the first second once settled: {starts:?}"
+    );
+    assert!(
+        starts[5] - starts[0] >= 1_000.0,
+        "the sixth waits for 5/1s over both gates: {starts:?}"
+    );
+}
+
+/// `burst` beside a second window: the first window is a GCRA bucket in
+/// Redis, shared by both gates. Over both, no 50 ms holds more than the
+/// burst of 2 (each gate's own bucket alone would let 4 through), and the
+/// 20/10s window caps the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_beside_a_window_is_one_bucket_over_both_gates() {
+    let server = RedisServer::start();
+    let recorder = Recorder {
+        began: Instant::now(),
+        starts: Arc::new(Mutex::new(Vec::new())),
+    };
+    let bucket = |budget: Arc<RedisBudget>, seed: u64| {
+        let credential = CredentialConfig::with_rate("10/1s".parse().unwrap())
+            .burst(2)
+            .window("20/10s".parse().unwrap())
+            .shared(true)
+            .max_in_flight(8)
+            .queue(64);
+        let config = GateConfig::default()
+            .defaults(Defaults {
+                window_margin: Duration::from_millis(100),
+                ..Defaults::default()
+            })
+            .credential("key", credential)
+            .tool("chat", ToolConfig::read("key"));
+        Gate::builder(config, recorder.clone())
+            .seed(seed)
+            .shared(budget)
+            .build()
+            .unwrap()
+    };
+    let a = RedisBudget::connect(redis_config(&server.url()))
+        .await
+        .unwrap();
+    let b = RedisBudget::connect(redis_config(&server.url()))
+        .await
+        .unwrap();
+    let gate_a = Arc::new(bucket(Arc::new(a), 1));
+    let gate_b = Arc::new(bucket(Arc::new(b), 2));
+    let until = tokio::time::Instant::now() + Duration::from_millis(3_000);
+    let (ok_a, ok_b) = tokio::join!(drive(gate_a, "a", until), drive(gate_b, "b", until));
+    let starts = recorder.starts.lock().clone();
+    assert_eq!(starts.len(), ok_a + ok_b, "every start is an ok call");
+    assert!(
+        ok_a > 0 && ok_b > 0,
+        "both gates made progress: {ok_a} {ok_b}"
+    );
+    assert!(
+        max_in_window(&starts, 50.0) <= 2,
+        "a burst of 2 over both gates: {starts:?}"
+    );
+    assert!(starts.len() <= 20, "20/10s over both gates: {starts:?}");
+    // 2 at once, then one every ~110 ms: the 10 s window's 20 by 2.2 s.
+    assert!(
+        starts.len() >= 16,
+        "the bucket, not the test, set the pace: {starts:?}"
+    );
+}

@@ -1,0 +1,125 @@
+//! When a proxied answer's body streams, and how it is carried to the
+//! route that answers the client, beside the head the engine sees.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, StatusCode};
+use hyper::body::Incoming;
+use parking_lot::Mutex;
+use sluice::signal::BodySignals;
+
+/// A proxied answer that is not a stream by its type is read whole up to
+/// this many bytes first (so that a body cut short is still retried, or
+/// answered 502, and its length is exact); a longer one streams from there.
+pub(crate) const STREAM_PAST: usize = 1 << 20;
+
+/// Media types that are streams: each event or line is worth delivering
+/// as it comes (an LLM's or an MCP server's events, NDJSON progress).
+const STREAM_TYPES: [&str; 6] = [
+    "text/event-stream",
+    "application/x-ndjson",
+    "application/ndjson",
+    "application/jsonl",
+    "application/x-jsonlines",
+    "multipart/x-mixed-replace",
+];
+
+/// The body of a proxied answer, carried beside the head the engine sees
+/// (in the response's extensions), so that the engine neither waits for a
+/// stream nor parses a body nobody reads as JSON.
+#[derive(Debug, Clone)]
+pub(crate) enum UpstreamBody {
+    /// Read whole; every caller sharing the answer gets all of it.
+    Whole(Bytes),
+    /// Still arriving: what was read of it already, and the rest, for the
+    /// one caller that takes it.
+    Streaming(Arc<Mutex<Option<(Bytes, Incoming)>>>),
+}
+
+impl UpstreamBody {
+    pub(crate) fn streaming(read: Bytes, rest: Incoming) -> Self {
+        UpstreamBody::Streaming(Arc::new(Mutex::new(Some((read, rest)))))
+    }
+}
+
+/// True when the engine's signal reader needs an answer's body, so it is
+/// read whole (bounded) and never streamed: any non-2xx answer (an error's
+/// body may state a wait, and the outcome quotes it), and a JSON 2xx on a
+/// credential with `body_signals = "graphql"` (a GraphQL `THROTTLED`).
+pub(crate) fn body_matters(status: StatusCode, headers: &HeaderMap, mode: BodySignals) -> bool {
+    sluice::signal::wants_body(status, headers, mode)
+}
+
+/// True when an answer streams from its first byte: a stream by its media
+/// type, or a declared length past [`STREAM_PAST`].
+pub(crate) fn streams_at_once(headers: &HeaderMap) -> bool {
+    let stream_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| value.split(';').next().unwrap_or("").trim())
+        .is_some_and(|media| {
+            STREAM_TYPES
+                .iter()
+                .any(|stream| media.eq_ignore_ascii_case(stream))
+        });
+    let long = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .is_some_and(|length| length > STREAM_PAST as u64);
+    stream_type || long
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn streams_are_known_by_type_or_length() {
+        assert!(streams_at_once(&headers(&[(
+            "content-type",
+            "text/event-stream; charset=utf-8"
+        )])));
+        assert!(streams_at_once(&headers(&[(
+            "content-type",
+            "Application/X-NDJSON"
+        )])));
+        assert!(streams_at_once(&headers(&[("content-length", "1048577")])));
+        assert!(!streams_at_once(&headers(&[("content-length", "1048576")])));
+        assert!(!streams_at_once(&headers(&[(
+            "content-type",
+            "application/json"
+        )])));
+        assert!(!streams_at_once(&HeaderMap::new()));
+        assert!(body_matters(
+            StatusCode::TOO_MANY_REQUESTS,
+            &HeaderMap::new(),
+            BodySignals::Errors
+        ));
+        assert!(body_matters(
+            StatusCode::FOUND,
+            &HeaderMap::new(),
+            BodySignals::Errors
+        ));
+        assert!(!body_matters(
+            StatusCode::OK,
+            &HeaderMap::new(),
+            BodySignals::Errors
+        ));
+        let json = headers(&[("content-type", "application/json")]);
+        assert!(!body_matters(StatusCode::OK, &json, BodySignals::Errors));
+        assert!(body_matters(StatusCode::OK, &json, BodySignals::Graphql));
+    }
+}

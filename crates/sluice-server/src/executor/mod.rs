@@ -1,0 +1,11 @@
+//! The HTTP executor: a call's request sent on hyper's client, signed with
+//! the credential's secret, to the credential's base URL and nowhere else;
+//! a proxied answer's body streams back beside its head.
+
+mod body;
+mod client;
+mod send;
+
+pub(crate) use body::UpstreamBody;
+pub use client::ClientError;
+pub use send::HttpExecutor;

@@ -1,0 +1,265 @@
+//! [`HttpExecutor`]: one attempt of a call, signed and sent to its
+//! credential's origin; a tool's answer read whole, a proxied one streamed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::error::Error as _;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{ACCEPT, USER_AGENT};
+use http::uri::{Authority, Scheme};
+use http::{HeaderName, HeaderValue, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body as _, Incoming};
+use sluice::signal::BodySignals;
+use sluice::{Executor, Request, Streaming, TransportError};
+use sluice_config::Upstream;
+use url::Url;
+
+use super::body::{STREAM_PAST, UpstreamBody, body_matters, streams_at_once};
+use super::client::{ClientError, Clients};
+use crate::payload::Outbound;
+
+/// The largest upstream body read into memory; a larger one fails the
+/// attempt rather than the sidecar. 32 MiB covers any API's JSON page.
+const MAX_RESPONSE_BODY: usize = 32 << 20;
+
+/// What the sidecar says it is, unless the client said otherwise.
+const SLUICE_AGENT: &str = concat!("sluice/", env!("CARGO_PKG_VERSION"));
+/// reqwest's default `Accept`, kept so that upstreams see what they saw before.
+const ANY: &str = "*/*";
+
+/// A credential as the executor needs it: where, and how to sign.
+#[derive(Debug)]
+struct Target {
+    scheme: Scheme,
+    authority: Authority,
+    /// `(header, prefix + secret)`, the value marked sensitive.
+    auth: Option<(HeaderName, HeaderValue)>,
+    /// Which answers' bodies the signal reader needs.
+    body_signals: BodySignals,
+}
+
+/// Sends calls' requests over HTTP/1.1, following no redirect and reaching
+/// no origin but the credential's. Cheap to clone.
+///
+/// A configured tool's answer is read whole (its outcome carries the body
+/// as JSON). A proxied request answered to one client only
+/// ([`Outbound::ProxyStream`]) whose body does not matter to the signal
+/// reader (a 2xx) streams: at once when it is a stream by its type (an
+/// event stream, NDJSON) or declares a length past 1 MiB, else once it
+/// grows past 1 MiB (a shorter one is read whole, so that one cut short
+/// is retried or answered 502 and its length stays exact). The head goes
+/// back to the engine with the body beside it, marked [`Streaming`], so
+/// the call keeps its concurrency permit until the body has been delivered.
+#[derive(Debug, Clone)]
+pub struct HttpExecutor {
+    clients: Arc<Clients>,
+    targets: Arc<HashMap<String, Target>>,
+}
+
+impl HttpExecutor {
+    /// An executor for these credentials (`SidecarConfig::credentials`).
+    pub fn new(credentials: &BTreeMap<String, Upstream>) -> Result<Self, ClientError> {
+        let mut targets = HashMap::new();
+        for (name, upstream) in credentials {
+            let auth = match &upstream.secret {
+                None => None,
+                Some(secret) => {
+                    let mut value = HeaderValue::from_str(&format!(
+                        "{}{}",
+                        upstream.auth_prefix,
+                        secret.expose()
+                    ))
+                    // Checked when the configuration was loaded; the value is not shown.
+                    .map_err(|_| {
+                        ClientError(format!("the secret of {name} is not a valid header value"))
+                    })?;
+                    value.set_sensitive(true);
+                    Some((upstream.auth_header.clone(), value))
+                }
+            };
+            let (scheme, authority) = origin(&upstream.base_url)
+                .ok_or_else(|| ClientError(format!("the base URL of {name} has no origin")))?;
+            targets.insert(
+                name.clone(),
+                Target {
+                    scheme,
+                    authority,
+                    auth,
+                    body_signals: upstream.body_signals,
+                },
+            );
+        }
+        Ok(HttpExecutor {
+            clients: Clients::new()?,
+            targets: Arc::new(targets),
+        })
+    }
+
+    async fn send(
+        &self,
+        request: Request<Outbound>,
+    ) -> Result<http::Response<Bytes>, TransportError> {
+        let Some(target) = self.targets.get(&*request.credential) else {
+            return Err(TransportError::other(format!(
+                "unknown credential {:?}",
+                &*request.credential
+            )));
+        };
+        let outbound = request.payload.request();
+        // The handlers only build URLs below the base URL; refuse anything else
+        // all the same, before a byte is sent.
+        let uri = target.uri(&outbound.url).ok_or_else(|| {
+            TransportError::other("refused: the request does not go to the credential's base URL")
+        })?;
+        let mut headers = outbound.headers.clone();
+        if let Some((name, value)) = &target.auth {
+            headers.insert(name.clone(), value.clone());
+        }
+        if !headers.contains_key(USER_AGENT) {
+            headers.insert(USER_AGENT, HeaderValue::from_static(SLUICE_AGENT));
+        }
+        if !headers.contains_key(ACCEPT) {
+            headers.insert(ACCEPT, HeaderValue::from_static(ANY));
+        }
+        let mut sent = http::Request::new(Full::new(outbound.body.clone()));
+        *sent.method_mut() = outbound.method.clone();
+        *sent.uri_mut() = uri;
+        *sent.headers_mut() = headers;
+        // The gate enforces the call's deadline: it drops this future when
+        // the deadline passes, which cancels the request.
+        let response = self.clients.get().request(sent).await.map_err(|error| {
+            let message = chain(&error);
+            if error.is_connect() {
+                TransportError::connect(message)
+            } else {
+                TransportError::other(message)
+            }
+        })?;
+        let (parts, mut body) = response.into_parts();
+        // A proxied answer's body goes beside the head unless the signal
+        // reader needs it; a tool's is the outcome's.
+        let beside = !matches!(&*request.payload, Outbound::Tool { .. })
+            && !body_matters(parts.status, &parts.headers, target.body_signals);
+        let may_stream = beside && matches!(&*request.payload, Outbound::ProxyStream(_));
+        if may_stream && streams_at_once(&parts.headers) {
+            return Ok(streaming(parts, Bytes::new(), body));
+        }
+        let limit = if may_stream {
+            STREAM_PAST
+        } else {
+            MAX_RESPONSE_BODY
+        };
+        match read_up_to(&mut body, limit).await? {
+            Read::Whole(whole) if beside => {
+                let mut head = http::Response::from_parts(parts, Bytes::new());
+                head.extensions_mut().insert(UpstreamBody::Whole(whole));
+                Ok(head)
+            }
+            Read::Whole(whole) => Ok(http::Response::from_parts(parts, whole)),
+            // Too long to hold: what was read goes first, the rest streams.
+            Read::Partial(read) if may_stream => Ok(streaming(parts, read, body)),
+            Read::Partial(_) => Err(TransportError::other(format!(
+                "the upstream body is larger than {} MiB",
+                MAX_RESPONSE_BODY >> 20
+            ))),
+        }
+    }
+}
+
+/// A head returned to the engine with its body still arriving.
+fn streaming(parts: http::response::Parts, read: Bytes, rest: Incoming) -> http::Response<Bytes> {
+    let mut head = http::Response::from_parts(parts, Bytes::new());
+    head.extensions_mut()
+        .insert(UpstreamBody::streaming(read, rest));
+    head.extensions_mut().insert(Streaming::new());
+    head
+}
+
+/// How much of a body [`read_up_to`] read.
+enum Read {
+    /// All of it.
+    Whole(Bytes),
+    /// More than the limit: the first bytes read (at least the limit).
+    Partial(Bytes),
+}
+
+/// Reads `body` to its end, or until more than `limit` bytes came.
+async fn read_up_to(body: &mut Incoming, limit: usize) -> Result<Read, TransportError> {
+    let mut read = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| TransportError::other("the upstream body broke off"))?;
+        if let Ok(data) = frame.into_data() {
+            // The common case, a body in one chunk, is kept without a copy.
+            if read.is_empty() && body.is_end_stream() && data.len() <= limit {
+                return Ok(Read::Whole(data));
+            }
+            read.extend_from_slice(&data);
+            if read.len() > limit {
+                return Ok(Read::Partial(read.freeze()));
+            }
+        }
+    }
+    Ok(Read::Whole(read.freeze()))
+}
+
+impl Target {
+    /// `url` as a URI, when it is on this credential's origin.
+    fn uri(&self, url: &Url) -> Option<Uri> {
+        // Compared as text: the origin was parsed once, at start.
+        let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
+        if url.scheme() != self.scheme.as_str() || authority != self.authority.as_str() {
+            return None;
+        }
+        let path_and_query = &url[url::Position::BeforePath..url::Position::AfterQuery];
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(path_and_query)
+            .build()
+            .ok()
+    }
+}
+
+/// A URL's scheme and authority as a URI has them, if it has a host.
+fn origin(url: &Url) -> Option<(Scheme, Authority)> {
+    let scheme = match url.scheme() {
+        "http" => Scheme::HTTP,
+        "https" => Scheme::HTTPS,
+        _ => return None,
+    };
+    // `Url` omits the scheme's default port and has no user info here
+    // (the configuration refuses it); what is left is host[:port].
+    let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
+    Authority::try_from(authority).ok().map(|a| (scheme, a))
+}
+
+impl Executor for HttpExecutor {
+    type Payload = Outbound;
+
+    fn execute(
+        &self,
+        request: Request<Outbound>,
+    ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send {
+        self.send(request)
+    }
+}
+
+/// An error and its causes on one line (a hyper error names no URL).
+fn chain(error: &hyper_util::client::legacy::Error) -> String {
+    let mut parts = vec![if error.is_connect() {
+        "cannot connect to the upstream".to_owned()
+    } else {
+        "the request to the upstream failed".to_owned()
+    }];
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if parts.last() != Some(&text) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    parts.join(": ")
+}

@@ -1,0 +1,65 @@
+//! The memory an idle scope takes: every byte the engine allocates, and does
+//! not free, while a million credentials are each called once (each call
+//! creates its credential's scope), counted by a global allocator that
+//! tallies every allocation and free. Unlike the resident set size, this
+//! counts neither the allocator's slack nor pages touched earlier.
+//!
+//! `cargo bench -p sluice --bench memory`
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::alloc::System;
+use std::hint::black_box;
+
+use bytes::Bytes;
+use serde_json::json;
+use sluice::{Call, CredentialConfig, Gate, GateConfig, Route, executor_fn};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const SCOPES: usize = 1_000_000;
+
+fn routed(credential: usize) -> Call {
+    let route = Route {
+        credential: format!("k{credential}"),
+        read: false,
+        idempotent: false,
+        deadline: None,
+    };
+    Call::routed("call", route, json!({}))
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let roomy = CredentialConfig::with_rate("1000000/1ms".parse().unwrap())
+        .max_in_flight(1_000_000)
+        .queue(1_000_000);
+    let config = (0..SCOPES).fold(GateConfig::default(), |config, i| {
+        config.credential(&format!("k{i}"), roomy.clone())
+    });
+    let executor =
+        executor_fn(|_request| async { Ok(http::Response::new(Bytes::from_static(b"{}"))) });
+    let gate = rt.block_on(async { Gate::builder(config, executor).seed(1).build().unwrap() });
+    // Every call's own allocations are freed when its outcome is dropped;
+    // what stays is the scope, its place in the registry and the ring.
+    let region = Region::new(GLOBAL);
+    rt.block_on(async {
+        for i in 0..SCOPES {
+            black_box(gate.call(routed(i)).await);
+        }
+    });
+    let change = region.change();
+    let kept = change.bytes_allocated as i128 - change.bytes_deallocated as i128
+        + change.bytes_reallocated as i128;
+    let blocks = change.allocations as i128 - change.deallocations as i128;
+    println!(
+        "allocated per idle scope: {} bytes in {:.1} blocks ({SCOPES} scopes)",
+        kept / SCOPES as i128,
+        blocks as f64 / SCOPES as f64
+    );
+    black_box(&gate);
+}

@@ -1,0 +1,140 @@
+//! A call's deadline: when it started, how long it may take, and whether that has run out.
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The time a call may take, fixed when it starts.
+///
+/// Built with checked arithmetic and bounded by [`Deadline::MAX_LEN`], so no
+/// length a caller, a config file or a request field can give makes an
+/// instant overflow: a length that does not fit is an error the call is
+/// answered with, not a panic inside a worker.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice::Deadline;
+/// use tokio::time::Instant;
+///
+/// let start = Instant::now();
+/// let deadline = Deadline::new(start, Duration::from_secs(30)).unwrap();
+/// assert_eq!(deadline.remaining(start + Duration::from_secs(10)), Duration::from_secs(20));
+/// assert!(deadline.is_past(start + Duration::from_secs(30)));
+/// assert!(Deadline::new(start, Duration::MAX).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    len: Duration,
+    at: Instant,
+}
+
+/// A deadline that cannot be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeadlineError {
+    /// Longer than [`Deadline::MAX_LEN`].
+    #[error("{} exceeds the longest allowed, 7 days", Seconds(*.0))]
+    TooLong(Duration),
+    /// Within the bound, but past what the clock can represent from its start.
+    #[error("{} from its start is past what the clock can represent", Seconds(*.0))]
+    OutOfRange(Duration),
+}
+
+impl Deadline {
+    /// The longest deadline, and the longest duration the library accepts
+    /// anywhere (defaults, tools, credentials): a week. No tool call an
+    /// agent waits on needs longer, and every instant a week ahead is
+    /// representable on every platform.
+    pub const MAX_LEN: Duration = Duration::from_secs(7 * 24 * 3600);
+
+    /// A deadline `len` after `start`.
+    pub fn new(start: Instant, len: Duration) -> Result<Self, DeadlineError> {
+        check(len)?;
+        let at = start
+            .checked_add(len)
+            .ok_or(DeadlineError::OutOfRange(len))?;
+        Ok(Deadline { len, at })
+    }
+
+    /// How long is left at `now`; zero once it has passed.
+    pub fn remaining(&self, now: Instant) -> Duration {
+        self.at.saturating_duration_since(now)
+    }
+
+    /// The whole length it was given.
+    pub fn len(&self) -> Duration {
+        self.len
+    }
+
+    /// True once `now` has reached it.
+    pub fn is_past(&self, now: Instant) -> bool {
+        now >= self.at
+    }
+
+    /// The instant it runs out, for timeouts.
+    pub fn at(&self) -> Instant {
+        self.at
+    }
+}
+
+/// `Ok` when `len` is at most [`Deadline::MAX_LEN`]; the error says by how much it is not.
+pub(crate) fn check(len: Duration) -> Result<(), DeadlineError> {
+    if len > Deadline::MAX_LEN {
+        return Err(DeadlineError::TooLong(len));
+    }
+    Ok(())
+}
+
+/// A duration in whole seconds (`18446744073709551615 s`), with the
+/// fraction only where the whole seconds alone would not show that it is
+/// past the bound (`604800.25 s`).
+struct Seconds(Duration);
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.0.as_secs();
+        let nanos = self.0.subsec_nanos();
+        if nanos == 0 || secs > Deadline::MAX_LEN.as_secs() {
+            return write!(f, "{secs} s");
+        }
+        let fraction = format!("{nanos:09}");
+        write!(f, "{secs}.{} s", fraction.trim_end_matches('0'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remaining_counts_down_and_stops_at_zero() {
+        let start = Instant::now();
+        let deadline = Deadline::new(start, Duration::from_secs(2)).unwrap();
+        assert_eq!(deadline.len(), Duration::from_secs(2));
+        assert_eq!(deadline.at(), start + Duration::from_secs(2));
+        assert_eq!(deadline.remaining(start), Duration::from_secs(2));
+        assert!(!deadline.is_past(start + Duration::from_millis(1_999)));
+        assert!(deadline.is_past(start + Duration::from_secs(2)));
+        assert_eq!(
+            deadline.remaining(start + Duration::from_secs(5)),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn the_bound_is_a_week_and_the_error_names_the_length() {
+        let start = Instant::now();
+        assert!(Deadline::new(start, Deadline::MAX_LEN).is_ok());
+        let error = Deadline::new(start, Duration::MAX).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "18446744073709551615 s exceeds the longest allowed, 7 days"
+        );
+        let error = Deadline::new(start, Deadline::MAX_LEN + Duration::from_millis(250));
+        assert_eq!(
+            error.unwrap_err().to_string(),
+            "604800.25 s exceeds the longest allowed, 7 days"
+        );
+    }
+}

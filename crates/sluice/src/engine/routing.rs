@@ -1,0 +1,175 @@
+//! Where a call goes: its route and credential, found once, and the scopes that govern it.
+
+use std::sync::Arc;
+
+use super::{Credential, Engine};
+use crate::call::{Call, Route};
+use crate::limiter::Micros;
+use crate::outcome::Outcome;
+use crate::scope::Scope;
+use crate::signal::DEFAULT_SCOPE;
+
+/// Most scopes the server may create under one credential; more names are
+/// folded into the credential's own scope so headers cannot grow memory.
+const MAX_REPORTED_SCOPES: usize = 32;
+/// Most reported scopes one tool is bound to.
+const MAX_BINDINGS_PER_TOOL: usize = 8;
+
+impl<E> Engine<E> {
+    /// Where a call goes, and the credential it spends: its routed
+    /// destination, or its configured tool's. The error is the call's outcome.
+    pub(crate) fn route<P>(&self, call: &Call<P>) -> Result<(Arc<Route>, &Credential), Outcome> {
+        let route =
+            match &call.route {
+                Some(route) => route.clone(),
+                None => self.tools.get(&*call.tool).cloned().ok_or_else(|| {
+                    Outcome::error(None, format!("unknown tool {:?}", &*call.tool))
+                })?,
+            };
+        let credential = self
+            .credentials
+            .get(route.credential.as_str())
+            .ok_or_else(|| {
+                Outcome::error(None, format!("unknown credential {:?}", route.credential))
+            })?;
+        Ok((route, credential))
+    }
+
+    /// Every scope a call of `tool` spends from: the credential's own first,
+    /// then its group's, then those the server reported for the tool.
+    pub(crate) fn scopes_of(
+        &self,
+        credential: &Credential,
+        primary: &Arc<Scope>,
+        tool: &str,
+        group: Option<&str>,
+        now: Micros,
+    ) -> Vec<Arc<Scope>> {
+        let mut scopes = vec![primary.clone()];
+        if let Some(group) = group.and_then(|name| self.group(credential, name, now)) {
+            scopes.push(group);
+        }
+        let bound = self.bound(credential, tool, now);
+        scopes.extend(
+            bound
+                .into_iter()
+                .filter(|scope| group.is_none_or(|group| *scope.name != *group)),
+        );
+        scopes
+    }
+
+    /// The credential's limit group `name`, if it configures one.
+    pub(crate) fn group(
+        &self,
+        credential: &Credential,
+        name: &str,
+        now: Micros,
+    ) -> Option<Arc<Scope>> {
+        let (key, limits) = credential.limits.groups.get_key_value(name)?;
+        Some(self.scopes.get(&credential.name, name, now, || {
+            Scope::group(
+                credential.name.clone(),
+                key.clone(),
+                limits,
+                &credential.limits,
+                now,
+            )
+        }))
+    }
+
+    /// The credential's own scope.
+    pub(crate) fn primary(&self, credential: &Credential, now: Micros) -> Arc<Scope> {
+        self.scopes.get(&credential.name, DEFAULT_SCOPE, now, || {
+            Scope::primary(
+                credential.name.clone(),
+                Arc::from(DEFAULT_SCOPE),
+                &credential.limits,
+                now,
+            )
+        })
+    }
+
+    /// The scopes the server reported for `tool` on earlier responses.
+    fn bound(&self, credential: &Credential, tool: &str, now: Micros) -> Vec<Arc<Scope>> {
+        let names = credential
+            .bindings
+            .lock()
+            .get(tool)
+            .cloned()
+            .unwrap_or_default();
+        names
+            .iter()
+            .map(|name| self.reported(credential, name, now))
+            .collect()
+    }
+
+    fn reported(&self, credential: &Credential, name: &Arc<str>, now: Micros) -> Arc<Scope> {
+        // A server-reported scope that names a configured group is the group.
+        if let Some(group) = self.group(credential, name, now) {
+            return group;
+        }
+        self.scopes.get(&credential.name, name, now, || {
+            Scope::reported(
+                credential.name.clone(),
+                name.clone(),
+                &credential.limits,
+                now,
+            )
+        })
+    }
+
+    /// The scope a server report about `name` applies to, binding `tool` to
+    /// it. Past the caps, reports fold into the credential's own scope.
+    pub(crate) fn scope_for(
+        &self,
+        credential: &Credential,
+        tool: &Arc<str>,
+        name: &str,
+        now: Micros,
+    ) -> Arc<Scope> {
+        if name == DEFAULT_SCOPE {
+            return self.primary(credential, now);
+        }
+        let exists = self.scopes.find(&credential.name, name).is_some()
+            || credential.limits.groups.contains_key(name);
+        if !exists && self.scopes.count(&credential.name) >= MAX_REPORTED_SCOPES {
+            return self.primary(credential, now);
+        }
+        let name: Arc<str> = {
+            let mut bindings = credential.bindings.lock();
+            let bound = bindings.entry(tool.clone()).or_default();
+            match bound.iter().find(|bound| &***bound == name) {
+                Some(bound) => bound.clone(),
+                None if bound.len() < MAX_BINDINGS_PER_TOOL => {
+                    let name: Arc<str> = Arc::from(name);
+                    bound.push(name.clone());
+                    name
+                }
+                None => return self.primary(credential, now),
+            }
+        };
+        self.reported(credential, &name, now)
+    }
+
+    /// The scope an outcome is counted on: the one it names, else the
+    /// credential's own (`primary`, when the call holds it: no look-up);
+    /// `None` if it is not live.
+    pub(crate) fn decided_on(
+        &self,
+        credential: &Credential,
+        outcome: &Outcome,
+        primary: Option<Arc<Scope>>,
+    ) -> Option<Arc<Scope>> {
+        let name = match outcome {
+            Outcome::RateLimited { scope, .. } | Outcome::QuotaExhausted { scope, .. } => {
+                scope.as_str()
+            }
+            _ => DEFAULT_SCOPE,
+        };
+        // The credential's own scope, when the call already holds it.
+        if name == DEFAULT_SCOPE && primary.is_some() {
+            return primary;
+        }
+        self.scopes.find(&credential.name, name)
+    }
+}

@@ -1,0 +1,168 @@
+//! The [`Engine`]: everything a gate holds for every call, built once from its configuration.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
+use tokio::time::Instant;
+
+use super::Credential;
+use crate::call::Route;
+use crate::clock::{Clock, EngineClock};
+use crate::config::{ConfigError, Defaults, GateConfig, Spend};
+use crate::deadline::Deadline;
+use crate::hash::FastMap;
+use crate::limiter::{Micros, micros};
+use crate::observe::{Event, Observer};
+use crate::retry::full_jitter;
+use crate::scope::Registry;
+use crate::shared::SharedBudget;
+
+/// A gate's state: defaults, the executor, credentials and tools, the live
+/// scopes, the jitter's RNG, the clock's origin, the observer and the
+/// shared budget. Shared by every handle ([`Gate`](crate::Gate),
+/// [`Turn`](crate::Turn)) behind one `Arc`.
+pub(crate) struct Engine<E> {
+    pub(crate) defaults: Defaults,
+    pub(crate) executor: E,
+    pub(crate) credentials: FastMap<Arc<str>, Credential>,
+    pub(crate) tools: FastMap<Arc<str>, Arc<Route>>,
+    /// What each configured tool spends besides its request (issue 14).
+    pub(crate) spends: FastMap<Arc<str>, Arc<Spend>>,
+    pub(crate) scopes: Registry,
+    rng: Mutex<Box<dyn RngCore + Send>>,
+    /// Where the engine's microsecond clock starts, as an instant...
+    origin: Instant,
+    /// ...and on the clock's own counter, read on every call.
+    ticks: <EngineClock as Clock>::Origin,
+    observer: Option<Arc<dyn Observer>>,
+    shared: Option<Arc<dyn SharedBudget>>,
+}
+
+impl<E> std::fmt::Debug for Engine<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("credentials", &self.credentials.keys().collect::<Vec<_>>())
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("scopes", &self.scopes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E> Engine<E> {
+    /// Validates `config` and builds the state. Reads tokio's clock, so it
+    /// must run inside a tokio runtime.
+    pub(crate) fn new(
+        config: GateConfig,
+        executor: E,
+        rng: Option<Box<dyn RngCore + Send>>,
+        observer: Option<Arc<dyn Observer>>,
+        shared: Option<Arc<dyn SharedBudget>>,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let defaults = config.defaults.clone();
+        let mut credentials = FastMap::default();
+        for (name, credential) in &config.credentials {
+            let limits = credential.resolve(name, &defaults)?;
+            if limits.shared && shared.is_none() {
+                return Err(ConfigError::new(
+                    format!("credentials.{name}.shared"),
+                    "a shared credential needs a shared backend (GateBuilder::shared)",
+                ));
+            }
+            let name: Arc<str> = Arc::from(name.as_str());
+            credentials.insert(name.clone(), Credential::new(name, limits, &defaults));
+        }
+        let tools = config
+            .tools
+            .iter()
+            .map(|(name, tool)| {
+                let route = Route {
+                    credential: tool.credential.clone(),
+                    read: tool.read,
+                    idempotent: tool.idempotent,
+                    deadline: tool.deadline,
+                };
+                (Arc::from(name.as_str()), Arc::new(route))
+            })
+            .collect();
+        let spends = config
+            .tools
+            .iter()
+            .map(|(name, tool)| (Arc::from(name.as_str()), Arc::new(tool.spend.clone())))
+            .collect();
+        let rng = rng.unwrap_or_else(|| Box::new(StdRng::from_os_rng()));
+        Ok(Engine {
+            scopes: Registry::new(micros(defaults.scope_idle)),
+            defaults,
+            executor,
+            credentials,
+            tools,
+            spends,
+            rng: Mutex::new(rng),
+            origin: crate::clock::now(),
+            ticks: EngineClock::origin(),
+            observer,
+            shared,
+        })
+    }
+
+    /// Now, in microseconds since the engine was built, on the engine's clock
+    /// (one counter read and a subtraction on a production build).
+    pub(crate) fn now(&self) -> Micros {
+        EngineClock::micros_since(self.ticks)
+    }
+
+    /// One reading of the clock, as an instant and as [`Engine::now`].
+    pub(crate) fn clock(&self) -> (Instant, Micros) {
+        let at = crate::clock::now();
+        (at, self.micros_at(at))
+    }
+
+    /// `at`, in microseconds since the engine was built.
+    pub(crate) fn micros_at(&self, at: Instant) -> Micros {
+        micros(at.saturating_duration_since(self.origin))
+    }
+
+    /// The instant `at` microseconds after the engine was built. Starts are
+    /// never further off than a deadline, so the fallback (a deadline's
+    /// length from now) is only there so that no value can overflow.
+    pub(crate) fn instant(&self, at: Micros) -> Instant {
+        let now = crate::clock::now();
+        self.origin
+            .checked_add(Duration::from_micros(at))
+            .or_else(|| now.checked_add(Deadline::MAX_LEN))
+            .unwrap_or(now)
+    }
+
+    /// True when an observer is told of events (so an event's own cost,
+    /// a clock reading, is only paid for someone).
+    pub(crate) fn observed(&self) -> bool {
+        self.observer.is_some()
+    }
+
+    /// Reports `event` to the observer, if there is one.
+    pub(crate) fn observe(&self, event: Event<'_>) {
+        if let Some(observer) = &self.observer {
+            observer.observe(&event);
+        }
+    }
+
+    /// The shared budget, when `credential` spends one.
+    pub(crate) fn shared_for(&self, credential: &Credential) -> Option<&Arc<dyn SharedBudget>> {
+        self.shared.as_ref().filter(|_| credential.limits.shared)
+    }
+
+    /// The full-jitter backoff before retry `attempt` (1 for the first retry).
+    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
+        let mut rng = self.rng.lock();
+        full_jitter(
+            &mut **rng,
+            self.defaults.backoff_base,
+            self.defaults.backoff_cap,
+            attempt.saturating_sub(1),
+        )
+    }
+}

@@ -1,0 +1,425 @@
+//! Steps 1 to 9 of DESIGN.md for one call, in order; each step's rules live in the file it calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::job::Job;
+use super::shadow::Recorder;
+use super::{classify, holds, learn, price, reserve};
+use crate::call::{Call, Completion};
+use crate::deadline::Deadline;
+use crate::engine::{Engine, TurnState};
+use crate::executor::{Executor, Payload, Request, Streaming};
+use crate::limiter::Micros;
+use crate::observe::{Event, WaitKind};
+use crate::outcome::{Outcome, Reason};
+use crate::scope::{AdmittedNow, Scope};
+
+/// Runs one call of `turn` to its outcome: never fails, never outlives the deadline.
+pub(crate) async fn complete<E: Executor>(
+    engine: &Engine<E>,
+    turn: &TurnState,
+    call: Call<E::Payload>,
+) -> Completion {
+    // The call's one reading of the clock: every step until the send reads
+    // it from here, and reads again only after an await that waited.
+    let started = crate::clock::now();
+    let (route, credential) = match engine.route(&call) {
+        Ok(found) => found,
+        Err(outcome) => return finish(engine, &call, "", None, outcome.into(), started),
+    };
+    let len = call
+        .deadline
+        .or(route.deadline)
+        .unwrap_or(engine.defaults.deadline);
+    let deadline = match Deadline::new(started, len) {
+        Ok(deadline) => deadline,
+        Err(error) => {
+            let outcome = Outcome::error(None, format!("deadline: {error}"));
+            let scope = engine.decided_on(credential, &outcome, None);
+            return finish(
+                engine,
+                &call,
+                &credential.name,
+                scope,
+                outcome.into(),
+                started,
+            );
+        }
+    };
+    let spend = price::spend_of(&engine.spends, &call);
+    let ask = match price::ask(&spend, &call) {
+        Ok(ask) => ask,
+        Err(outcome) => {
+            let scope = engine.decided_on(credential, &outcome, None);
+            return finish(
+                engine,
+                &call,
+                &credential.name,
+                scope,
+                outcome.into(),
+                started,
+            );
+        }
+    };
+    let job = Job {
+        call: &call,
+        route: &route,
+        credential,
+        deadline,
+        spend,
+        ask,
+    };
+    let span = tracing::debug_span!("call", tool = %call.tool, credential = %credential.name);
+    // The credential's own scope, once execute has looked it up: the
+    // outcome is counted on it without a second look-up.
+    let mut primary = None;
+    let work = async {
+        if deadline.len().is_zero() {
+            return Completion::from(Outcome::timed_out(deadline.len(), false));
+        }
+        // Step 1: coalesce reads.
+        let key = if route.read {
+            call.payload.coalesce_key()
+        } else {
+            None
+        };
+        // A call nothing joins may keep its permit while its body streams.
+        let shared = key.is_some();
+        let (slot, job) = (&mut primary, &job);
+        let run = move |at| async move {
+            let (completion, scope) = execute(engine, turn, job, shared, at).await;
+            *slot = Some(scope);
+            completion
+        };
+        match key {
+            Some(key) => {
+                let flight = turn.flights.run((call.tool.clone(), key), started, run);
+                // A joined call keeps its own deadline.
+                match tokio::time::timeout_at(deadline.at(), flight).await {
+                    Ok(completion) => completion,
+                    Err(_) => Outcome::timed_out(deadline.len(), true).into(),
+                }
+            }
+            None => run(started).await,
+        }
+    }
+    .instrument(span);
+    let completion = work.await;
+    let scope = engine.decided_on(credential, &completion.outcome, primary);
+    finish(engine, &call, &credential.name, scope, completion, started)
+}
+
+/// Steps 2 to 9 for a call that is not answered by its turn, from `at`
+/// (the call's reading of the clock), with the credential's own scope it
+/// spent from.
+async fn execute<E: Executor>(
+    engine: &Engine<E>,
+    turn: &TurnState,
+    job: &Job<'_, E::Payload>,
+    shared: bool,
+    at: Instant,
+) -> (Completion, Arc<Scope>) {
+    let now = engine.micros_at(at);
+    let primary = engine.primary(job.credential, now);
+    let completion = attempts(engine, turn, job, shared, &primary, (at, now)).await;
+    (completion, primary)
+}
+
+/// [`execute`]'s steps, on the credential's own scope `primary`.
+async fn attempts<E: Executor>(
+    engine: &Engine<E>,
+    turn: &TurnState,
+    job: &Job<'_, E::Payload>,
+    shared: bool,
+    primary: &Arc<Scope>,
+    (at, now): (Instant, Micros),
+) -> Completion {
+    let (mut at, mut now) = (at, now);
+    let credential = job.credential;
+    // Shadow mode (issue 20): every step below decides as usual, but its
+    // refusals and waits are recorded instead of acted on.
+    let shadow = !credential.limits.enforce;
+    let mut recorder = Recorder::new(engine, job);
+
+    // Step 2: scope state.
+    let group = job.spend.group.as_deref();
+    let mut scopes = engine.scopes_of(credential, primary, &job.call.tool, group, now);
+    if let Some(outcome) = holds::held(&scopes, job, engine.defaults.inline_wait, now, at) {
+        if !shadow {
+            return outcome.into();
+        }
+        recorder.held(&scopes, &outcome);
+    }
+    // A cost no window can ever hold is an error, not a deferral no wait
+    // could cure.
+    if !shadow && let Some(message) = scopes.iter().find_map(|scope| scope.never_fits(&job.ask)) {
+        return Outcome::error(None, format!("{message}; nothing was sent")).into();
+    }
+
+    // Steps 3 and 4: admission, then a concurrency permit: the group's
+    // first (its own queue, so an exhausted group holds nothing of the
+    // credential's while it waits), then the credential's.
+    let group_scope: Option<Arc<Scope>> = group
+        .and_then(|name| scopes.iter().find(|scope| *scope.name == *name))
+        .cloned();
+    let mut group_permit = match &group_scope {
+        Some(scope) if !shadow => {
+            match scope.admit(now, at, &job.deadline, job.ask.priority).await {
+                Ok(admitted) => {
+                    if admitted.queued {
+                        (at, now) = engine.clock();
+                    }
+                    admitted.permit
+                }
+                Err(outcome) => return outcome.into(),
+            }
+        }
+        _ => None,
+    };
+    let mut admitted = if shadow {
+        recorder.admit(primary, now, at)
+    } else {
+        match primary
+            .admit(now, at, &job.deadline, job.ask.priority)
+            .await
+        {
+            Ok(admitted) => {
+                if admitted.queued {
+                    (at, now) = engine.clock();
+                }
+                AdmittedNow::Permit {
+                    permit: admitted.permit,
+                }
+            }
+            Err(outcome) => return outcome.into(),
+        }
+    };
+
+    let mut attempt: u32 = 0;
+    loop {
+        // Step 5: a start slot, waiting inline if it is short and fits.
+        let start = if shadow {
+            reserve::shadow_start(
+                engine,
+                turn,
+                primary,
+                &scopes,
+                job,
+                &mut recorder,
+                (at, now),
+            )
+        } else {
+            reserve::start(engine, turn, primary, &scopes, job, (at, now)).await
+        };
+        let start = match start {
+            Ok(start) => start,
+            Err(outcome) => return outcome.into(),
+        };
+
+        // Step 6: send with the remaining deadline, at the time the start
+        // holds (the call's reading, unless the reservation waited).
+        let (sent_at, sent) = start.at();
+        let spent = start.commit();
+        recorder.sent();
+        primary.on_send(sent);
+        for scope in &scopes {
+            scope.record_start(sent);
+        }
+        if attempt == 0 {
+            credential.retry.lock().record_request(sent);
+        }
+        let request = Request {
+            tool: job.call.tool.clone(),
+            credential: credential.name.clone(),
+            payload: job.call.payload.clone(),
+            attempt,
+            timeout: job.deadline.remaining(sent_at),
+        };
+        let result = {
+            let _in_flight = primary.start_request();
+            let _group_in_flight = group_scope.as_ref().map(|scope| scope.start_request());
+            tokio::time::timeout_at(job.deadline.at(), engine.executor.execute(request)).await
+        };
+        // The second reading a call needs: when its answer came.
+        let received = crate::clock::now();
+        let latency = received.saturating_duration_since(sent_at);
+
+        // Step 7: learn from whatever came back.
+        let failed = match result {
+            Err(_elapsed) => {
+                observe_request(engine, job, None, latency);
+                return Outcome::timed_out(job.deadline.len(), true).into();
+            }
+            Ok(Err(error)) => {
+                observe_request(engine, job, None, latency);
+                classify::transport(error, primary)
+            }
+            Ok(Ok(response)) => {
+                observe_request(engine, job, Some(response.status().as_u16()), latency);
+                let learned =
+                    learn::response(engine, job, primary, &response, sent, received, latency);
+                learn::settle(job, primary, &spent, &response);
+                match classify::response(response, &learned.signal, learned.blamed) {
+                    Ok(completion) => {
+                        if !shared {
+                            let group = group_scope
+                                .as_ref()
+                                .map(|scope| (scope, group_permit.take()));
+                            hold_while_streaming(
+                                &completion,
+                                primary,
+                                admitted.take_permit(),
+                                group,
+                            );
+                        }
+                        return completion;
+                    }
+                    Err(failed) => failed,
+                }
+            }
+        };
+
+        // Step 8: retry, or surface what happened. Shadow mode makes one
+        // attempt: a retry is sluice's own pacing, and the server's answer
+        // goes back as is (a 429 as the structured outcome).
+        if shadow {
+            return classify::give_up(engine, failed, None);
+        }
+        let may_retry = !failed.final_attempt && failed.kind.retryable(job.route.retry_safe());
+        attempt += 1;
+        if !may_retry || attempt >= engine.defaults.max_attempts {
+            return classify::give_up(engine, failed, None);
+        }
+        if !credential
+            .retry
+            .lock()
+            .try_retry(engine.micros_at(received))
+        {
+            return classify::give_up(engine, failed, Some(Reason::Budget));
+        }
+        if !failed.server_wait {
+            let backoff = engine.backoff(attempt);
+            if backoff >= job.deadline.remaining(received) {
+                return classify::give_up(engine, failed, None);
+            }
+            observe_backoff(engine, job, primary, attempt, backoff);
+            tokio::time::sleep(backoff).await;
+        }
+        // A retry reads the clock afresh: the answer took time, and so
+        // may the backoff.
+        (at, now) = engine.clock();
+        if failed.concurrency {
+            // Fewer at once: the retry waits for a permit under the
+            // lowered cap, as a new call would.
+            drop(admitted.take_permit());
+            match primary
+                .admit(now, at, &job.deadline, job.ask.priority)
+                .await
+            {
+                Ok(permit) => {
+                    if permit.queued {
+                        (at, now) = engine.clock();
+                    }
+                    admitted = AdmittedNow::Permit {
+                        permit: permit.permit,
+                    };
+                }
+                Err(outcome) => return outcome.into(),
+            }
+        }
+        engine.observe(Event::Retry {
+            credential: &credential.name,
+            tool: &job.call.tool,
+            attempt,
+        });
+        // Retries re-enter the bucket: the server's wait is in the cell now.
+        scopes = engine.scopes_of(credential, primary, &job.call.tool, group, now);
+    }
+}
+
+/// A response whose body is still arriving ([`Streaming`]) keeps the
+/// call's permit and its request in flight until the body's reader is done.
+fn hold_while_streaming(
+    completion: &Completion,
+    primary: &Arc<Scope>,
+    permit: Option<crate::scope::Permit<'_>>,
+    group: Option<(&Arc<Scope>, Option<crate::scope::Permit<'_>>)>,
+) {
+    if let Some(marker) = completion
+        .response
+        .as_ref()
+        .and_then(|response| response.extensions().get::<Streaming>())
+    {
+        let held = primary.hold(permit);
+        // The group's permit and in-flight count are held as long.
+        let held = match group {
+            Some((scope, permit)) => held.with(scope.hold(permit)),
+            None => held,
+        };
+        marker.park(held);
+    }
+}
+
+/// Step 9: the outcome is counted on its scope and reported.
+fn finish<E: Executor>(
+    engine: &Engine<E>,
+    call: &Call<E::Payload>,
+    credential: &str,
+    scope: Option<Arc<Scope>>,
+    completion: Completion,
+    started: Instant,
+) -> Completion {
+    if let Some(scope) = scope {
+        scope.record_outcome(&completion.outcome);
+    }
+    tracing::debug!(tool = %call.tool, status = completion.outcome.status(), coalesced = completion.coalesced, "outcome");
+    // The clock is read for the call's time only when someone observes it.
+    if engine.observed() {
+        engine.observe(Event::Outcome {
+            credential,
+            tool: &call.tool,
+            outcome: &completion.outcome,
+            coalesced: completion.coalesced,
+            elapsed: crate::clock::now().saturating_duration_since(started),
+        });
+    }
+    completion
+}
+
+fn observe_request<E, P>(
+    engine: &Engine<E>,
+    job: &Job<'_, P>,
+    status: Option<u16>,
+    latency: Duration,
+) {
+    engine.observe(Event::Request {
+        credential: &job.credential.name,
+        tool: &job.call.tool,
+        status,
+        latency,
+    });
+}
+
+fn observe_backoff<E, P>(
+    engine: &Engine<E>,
+    job: &Job<'_, P>,
+    primary: &Scope,
+    attempt: u32,
+    backoff: Duration,
+) {
+    engine.observe(Event::Wait {
+        credential: &job.credential.name,
+        scope: &primary.name,
+        wait: backoff,
+        kind: WaitKind::Backoff,
+    });
+    tracing::debug!(
+        attempt,
+        backoff_ms = backoff.as_millis() as u64,
+        "backing off before a retry"
+    );
+}

@@ -1,0 +1,54 @@
+//! Step 2: what a scope's state says before anything is reserved — a spent quota, or a server block.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::job::Job;
+use crate::limiter::Micros;
+use crate::outcome::{Outcome, Reason};
+use crate::scope::Scope;
+
+/// A spent quota answers at once; so does a server block that is longer
+/// than the inline threshold or than the call has left. `now` and `at` are
+/// one reading of the clock.
+pub(super) fn held<P>(
+    scopes: &[Arc<Scope>],
+    job: &Job<'_, P>,
+    inline_wait: Duration,
+    now: Micros,
+    at: Instant,
+) -> Option<Outcome> {
+    let remaining = job.deadline.remaining(at);
+    for scope in scopes {
+        if let Some(outcome) = quota(scope, now) {
+            return Some(outcome);
+        }
+        if let Some(until) = scope.blocked_until(now) {
+            let wait = Duration::from_micros(until - now);
+            if wait > inline_wait || wait >= remaining {
+                tracing::debug!(scope = %scope.name, wait_ms = wait.as_millis() as u64, "scope blocked by the server");
+                return Some(Outcome::rate_limited(
+                    &scope.name,
+                    Reason::Throttled,
+                    wait,
+                    None,
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The first of `scopes` whose quota is spent, as the call's outcome.
+pub(super) fn quota_spent(scopes: &[Arc<Scope>], now: Micros) -> Option<Outcome> {
+    scopes.iter().find_map(|scope| quota(scope, now))
+}
+
+/// `quota_exhausted` until the reset, if the scope's quota is spent.
+fn quota(scope: &Scope, now: Micros) -> Option<Outcome> {
+    scope
+        .quota_until(now)
+        .map(|until| Outcome::quota_exhausted(&scope.name, Duration::from_micros(until - now)))
+}

@@ -1,0 +1,331 @@
+//! Step 7: every response is read for rate signals, and the call's scopes follow what it says.
+//!
+//! A stated policy lowers the scope's rate, a reported remaining syncs its
+//! cell, a rejection with a wait penalizes it, a long wait or a spent
+//! long window exhausts its quota; a shared credential tells the other
+//! processes too.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::job::Job;
+use super::reserve::Spent;
+use crate::Rate;
+use crate::config::Settle;
+use crate::engine::{Credential, Engine};
+use crate::limiter::{Micros, micros};
+use crate::observe::Event;
+use crate::scope::{Adapted, Scope};
+use crate::shared::Hold;
+use crate::signal::{self, DEFAULT_SCOPE, ScopeSignal, Signal};
+
+/// What a response said, and the scope a rejection in it is blamed on.
+pub(super) struct Learned {
+    pub(super) signal: Signal,
+    pub(super) blamed: Arc<Scope>,
+}
+
+/// Learns from a response to a request started at `sent` that arrived at
+/// `received`, `latency` after it was sent.
+pub(super) fn response<E, P>(
+    engine: &Engine<E>,
+    job: &Job<'_, P>,
+    primary: &Arc<Scope>,
+    response: &http::Response<Bytes>,
+    sent: Micros,
+    received: Instant,
+    latency: Duration,
+) -> Learned {
+    if let Some(cap) = primary.record_latency(latency) {
+        tracing::debug!(scope = %primary.name, cap, latency_ms = latency.as_millis() as u64, "concurrency cap follows rate x latency");
+    }
+    // The fast path: a body that cannot matter is not looked at.
+    let body: &[u8] = if signal::wants_body(
+        response.status(),
+        response.headers(),
+        job.credential.limits.body_signals,
+    ) {
+        response.body()
+    } else {
+        &[]
+    };
+    // The wall clock is read only for a response with a time to measure.
+    let signal =
+        signal::read_with_body_at(response.status(), response.headers(), body, SystemTime::now);
+    let now = engine.micros_at(received);
+    let blamed = sync(engine, job, primary, &signal, now);
+    crowding(primary, &signal);
+    // Too many in flight is not too fast: the rate controller is not told.
+    let rate_rejection = signal.throttled && !signal.concurrency;
+    let adapted = primary.on_response(sent, now, rate_rejection);
+    log_adapted(primary, &adapted, "auto");
+    Learned { signal, blamed }
+}
+
+/// A concurrency rejection lowers the credential's cap (the semaphore is
+/// the primary scope's); an accepted request lets a lowered cap recover.
+fn crowding(primary: &Scope, signal: &Signal) {
+    if signal.concurrency {
+        if let Some(cap) = primary.on_concurrency_rejection() {
+            tracing::debug!(credential = %primary.credential, scope = %primary.name, cap, "server refused for too many in flight: concurrency cap lowered");
+        }
+    } else if !signal.throttled
+        && let Some(cap) = primary.on_accepted()
+    {
+        tracing::debug!(credential = %primary.credential, scope = %primary.name, cap, "concurrency cap recovering");
+    }
+}
+
+/// Syncs every scope the signal reports on, and penalizes the one a
+/// rejection's wait applies to, at `now` (when the answer came). Returns
+/// the scope a rejection is blamed on.
+fn sync<E, P>(
+    engine: &Engine<E>,
+    job: &Job<'_, P>,
+    primary: &Arc<Scope>,
+    signal: &Signal,
+    now: Micros,
+) -> Arc<Scope> {
+    let credential = job.credential;
+    let tool = &job.call.tool;
+    let quota_after = micros(engine.defaults.quota_after);
+    let limits = &credential.limits;
+    // The call holds the credential's own scope: used now, as a look-up
+    // would mark it.
+    primary.touch(now);
+    for report in &signal.scopes {
+        // A report in one of the credential's units (OpenAI's `tokens`,
+        // an IETF policy named for the unit) syncs that unit's budget.
+        if primary.has_unit(&report.name) {
+            if let (Some(remaining), Some(reset)) = (report.remaining, report.reset) {
+                primary.sync_unit(
+                    &report.name,
+                    remaining,
+                    now.saturating_add(micros(reset)),
+                    now,
+                );
+            }
+            continue;
+        }
+        let scope = engine.scope_for(credential, tool, &report.name, now);
+        if limits.learn
+            && let Some(stated) = stated_policy(report, limits.policy_window)
+        {
+            let adapted = scope.learn(stated);
+            log_adapted(&scope, &adapted, report.source);
+        }
+        if let (Some(remaining), Some(reset)) = (report.remaining, report.reset) {
+            let long = report.is_quota_spent(engine.defaults.quota_after);
+            // Headroom: what the key's other users are left is not ours to spend.
+            let reserve = limits.reserve.map_or(0, |reserve| reserve.of(report.limit));
+            let ours = remaining.saturating_sub(reserve);
+            scope.sync(ours, now.saturating_add(micros(reset)), now);
+            if long {
+                exhaust(engine, credential, &scope, reset, now);
+            } else if ours == 0 {
+                if remaining > 0 {
+                    tracing::debug!(scope = %scope.name, remaining, reserve, "leaving the rest of the window to the key's other users");
+                }
+                share_block(engine, credential, &scope, reset, Hold::Blocked);
+            }
+        }
+    }
+    // A unit's name is the credential's own scope's business, and so is
+    // the credential's own name (which is what a look-up would find).
+    let scope_named = |name: &str| {
+        if name == DEFAULT_SCOPE || primary.has_unit(name) {
+            primary.clone()
+        } else {
+            engine.scope_for(credential, tool, name, now)
+        }
+    };
+    let blamed = scope_named(signal.blamed_scope());
+    bind_cost(primary, signal, now);
+    if signal.throttled && signal.quota {
+        // A quota the body named as spent: until the wait it states, else
+        // for `quota_after`, when one call may look again.
+        let wait = signal.wait();
+        let scope = match wait.as_ref().and_then(|wait| wait.scope.as_deref()) {
+            Some(name) => scope_named(name),
+            None => blamed.clone(),
+        };
+        let resets_in = wait
+            .map(|wait| wait.delay)
+            .filter(|delay| !delay.is_zero())
+            .unwrap_or(engine.defaults.quota_after);
+        exhaust(engine, credential, &scope, resets_in, now);
+        return scope;
+    }
+    if signal.throttled
+        && !signal.concurrency
+        && let Some(wait) = signal.wait()
+        && !wait.delay.is_zero()
+    {
+        let scope = match &wait.scope {
+            Some(name) => scope_named(name),
+            None => blamed.clone(),
+        };
+        if micros(wait.delay) > quota_after {
+            exhaust(engine, credential, &scope, wait.delay, now);
+        } else {
+            tracing::debug!(scope = %scope.name, wait_ms = wait.delay.as_millis() as u64, source = wait.source, "server asked for a wait");
+            scope.penalize(now.saturating_add(micros(wait.delay)), now);
+            share_block(engine, credential, &scope, wait.delay, Hold::Blocked);
+        }
+        return scope;
+    }
+    blamed
+}
+
+/// A cost wait (GraphQL points) in a unit the credential has: that unit's
+/// budget follows the server's count, `available` now and room for the
+/// rejected request's cost after the wait. The wait itself still defers
+/// the scope (a call that declares no cost in the unit would otherwise
+/// come straight back); without such a unit it is a wait on the credential.
+fn bind_cost(primary: &Scope, signal: &Signal, now: Micros) {
+    if let Some(cost) = &signal.cost
+        && primary.sync_unit(
+            cost.unit,
+            cost.available,
+            now.saturating_add(micros(cost.delay)),
+            now,
+        )
+    {
+        tracing::debug!(
+            unit = cost.unit,
+            available = cost.available,
+            wait_ms = cost.delay.as_millis() as u64,
+            "the server's cost budget synced the unit"
+        );
+    }
+}
+
+/// The request rate a report states, if it states one: a limit with a
+/// window (its own, or the credential's `policy_window` for headers that
+/// never say). Token budgets are not request rates.
+fn stated_policy(report: &ScopeSignal, policy_window: Option<Duration>) -> Option<Rate> {
+    if report.name.contains("token") {
+        return None;
+    }
+    let count = NonZeroU32::new(u32::try_from(report.limit?).ok()?)?;
+    Rate::new(count, report.window.or(policy_window)?)
+}
+
+/// The true-up (issue 14): for each unit the tool settles, the true cost
+/// read from the answer replaces the estimate charged at the call's start,
+/// in every window of the unit. An unreadable value keeps the estimate.
+pub(super) fn settle<P>(
+    job: &Job<'_, P>,
+    primary: &Scope,
+    spent: &Spent,
+    response: &http::Response<Bytes>,
+) {
+    let Some(start) = spent.start else {
+        return;
+    };
+    for (unit, how) in &job.spend.settle {
+        let estimate = spent
+            .costs
+            .iter()
+            .find(|(name, _)| &**name == unit.as_str())
+            .map_or(0, |(_, cost)| *cost);
+        match true_cost(how, response) {
+            Some(actual) => {
+                if primary.settle(unit, start, estimate, actual, job.ask.priority) {
+                    tracing::debug!(%unit, estimate, actual, "settled the call's cost");
+                }
+                if let Some((budget, credential, grant)) = &spent.shared {
+                    budget.settle(credential, grant, unit, estimate, actual);
+                }
+            }
+            None => {
+                tracing::debug!(%unit, estimate, "the true cost could not be read; keeping the estimate");
+            }
+        }
+    }
+}
+
+/// The true cost a settle rule reads: a header's integer value, or the
+/// integer at a JSON pointer into the body.
+fn true_cost(how: &Settle, response: &http::Response<Bytes>) -> Option<u64> {
+    match how {
+        Settle::Header(name) => response
+            .headers()
+            .get(name.as_str())?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse()
+            .ok(),
+        Settle::Pointer(pointer) => {
+            let body: serde_json::Value = serde_json::from_slice(response.body()).ok()?;
+            body.pointer(pointer)?.as_u64()
+        }
+    }
+}
+
+/// Says, at debug level, what a scope changed about itself and why.
+fn log_adapted(scope: &Scope, adapted: &Adapted, why: &str) {
+    if let Some(rate) = &adapted.rate {
+        let rate = rate.map_or_else(|| "none".to_owned(), |rate| rate.to_string());
+        tracing::debug!(credential = %scope.credential, scope = %scope.name, %rate, why, "rate in force changed");
+    }
+    if let Some(cap) = adapted.cap {
+        tracing::debug!(credential = %scope.credential, scope = %scope.name, cap, why, "concurrency cap changed");
+    }
+}
+
+/// Tells the other processes on a shared credential what this one learned.
+fn share_block<E>(
+    engine: &Engine<E>,
+    credential: &Credential,
+    scope: &Scope,
+    wait: Duration,
+    hold: Hold,
+) {
+    if let Some(budget) = engine.shared_for(credential) {
+        budget.block(&credential.name, &scope.name, wait, hold);
+    }
+}
+
+/// A quota this process found spent: marked here and shared.
+fn exhaust<E>(
+    engine: &Engine<E>,
+    credential: &Credential,
+    scope: &Scope,
+    resets_in: Duration,
+    now: Micros,
+) {
+    if note_exhausted(engine, credential, scope, resets_in, now) {
+        share_block(engine, credential, scope, resets_in, Hold::Quota);
+    }
+}
+
+/// Marks a quota spent and tells the operator once; true if it is news.
+pub(super) fn note_exhausted<E>(
+    engine: &Engine<E>,
+    credential: &Credential,
+    scope: &Scope,
+    resets_in: Duration,
+    now: Micros,
+) -> bool {
+    let fresh = scope.exhaust(now.saturating_add(micros(resets_in)), now);
+    if fresh {
+        tracing::error!(
+            credential = %credential.name,
+            scope = %scope.name,
+            resets_in_s = resets_in.as_secs(),
+            "quota exhausted: calls on this scope return quota_exhausted without sending until it resets"
+        );
+        engine.observe(Event::QuotaExhausted {
+            credential: &credential.name,
+            scope: &scope.name,
+            resets_in,
+        });
+    }
+    fresh
+}

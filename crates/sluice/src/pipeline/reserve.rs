@@ -1,0 +1,526 @@
+//! Step 5: one start for a call, on every scope it spends from and on the shared budget.
+//!
+//! What a reservation takes — the turn's request, a slot on each scope, a
+//! grant from the shared budget — is held by a guard ([`Start`] and its
+//! parts) that gives it back when dropped, unless the send commits it. So
+//! no path refunds by hand, and none can forget to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::holds;
+use super::job::Job;
+use super::learn;
+use super::shadow::Recorder;
+use crate::engine::{Engine, TurnState};
+use crate::executor::Executor;
+use crate::limiter::{Micros, micros};
+use crate::observe::{Event, ShadowDecision, WaitKind};
+use crate::outcome::{Outcome, Reason};
+use crate::scope::{Deferred, Scope, Ticket};
+use crate::shared::{
+    Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
+};
+
+/// Rounds of re-reserving after penalties voided waiting reservations. The
+/// inline budget bounds the time spent; this only guards against spinning.
+const MAX_REVOKED: u32 = 256;
+
+/// Everything one attempt holds for its start. Dropped, it gives it all
+/// back; [`Start::commit`] keeps it, when the request is sent.
+#[must_use = "dropping a start refunds it"]
+pub(super) struct Start<'a> {
+    request: TurnRequest<'a>,
+    local: Local,
+    shared: Option<SharedGrant<'a>>,
+    /// Now, when the start holds, as an instant and in engine microseconds:
+    /// the caller's reading of the clock, or a new one if the reservation
+    /// waited.
+    at: (Instant, Micros),
+}
+
+/// What a sent request spent on the credential's own scope: its start and
+/// its cost in each unit, for the true-up after the answer; and the shared
+/// budget's grant, which the true-up reaches too.
+#[derive(Default)]
+pub(super) struct Spent<'a> {
+    pub(super) start: Option<Micros>,
+    pub(super) costs: Vec<(Arc<str>, u64)>,
+    pub(super) shared: Option<(&'a dyn SharedBudget, &'a str, Grant)>,
+}
+
+impl<'a> Start<'a> {
+    /// When the start holds (the send's time).
+    pub(super) fn at(&self) -> (Instant, Micros) {
+        self.at
+    }
+
+    /// The request is being sent: everything held is spent.
+    pub(super) fn commit(mut self) -> Spent<'a> {
+        self.request.turn = None;
+        let mut spent = match self.local.held.first() {
+            Some((scope, ticket)) => Spent {
+                start: Some(ticket.start()),
+                costs: scope.costs_of(ticket),
+                shared: None,
+            },
+            None => Spent::default(),
+        };
+        self.local.held.clear();
+        if let Some(shared) = &mut self.shared {
+            spent.shared = shared
+                .grant
+                .take()
+                .map(|grant| (shared.budget, shared.credential, grant));
+        }
+        spent
+    }
+}
+
+/// One request from the turn's budget.
+struct TurnRequest<'a> {
+    turn: Option<&'a TurnState>,
+}
+
+impl<'a> TurnRequest<'a> {
+    fn spend(turn: &'a TurnState) -> Option<Self> {
+        // Lazily: a guard built for a request that was not spent would
+        // refund one when dropped.
+        turn.spend_request()
+            .then(|| TurnRequest { turn: Some(turn) })
+    }
+}
+
+impl Drop for TurnRequest<'_> {
+    fn drop(&mut self) {
+        if let Some(turn) = self.turn {
+            turn.refund_request();
+        }
+    }
+}
+
+/// Slots held on each of a call's scopes, all for one start.
+struct Local {
+    held: Vec<(Arc<Scope>, Ticket)>,
+}
+
+impl Local {
+    /// The common start; `None` when there are no scopes.
+    fn start(&self) -> Option<Micros> {
+        self.held.first().map(|(_, ticket)| ticket.start())
+    }
+
+    /// True while no penalty or block has voided any of the slots.
+    fn is_current(&self) -> bool {
+        self.held
+            .iter()
+            .all(|(scope, reservation)| scope.is_current(reservation))
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        for (scope, reservation) in &self.held {
+            scope.refund(reservation);
+        }
+    }
+}
+
+/// A slot the shared budget granted.
+struct SharedGrant<'a> {
+    budget: &'a dyn SharedBudget,
+    credential: &'a str,
+    grant: Option<Grant>,
+}
+
+impl Drop for SharedGrant<'_> {
+    fn drop(&mut self) {
+        if let Some(grant) = self.grant.take() {
+            self.budget.refund(self.credential, grant);
+        }
+    }
+}
+
+/// Takes one request from the turn's budget and reserves one start slot on
+/// every scope, at one common start (and from the shared budget, for a
+/// shared credential); sleeps until it when the wait is inline and fits
+/// the deadline. The error is the call's outcome, with everything given back.
+/// `at` is the caller's reading of the clock; the clock is read again only
+/// after a wait.
+pub(super) async fn start<'a, E: Executor>(
+    engine: &'a Engine<E>,
+    turn: &'a TurnState,
+    primary: &Scope,
+    scopes: &[Arc<Scope>],
+    job: &Job<'a, E::Payload>,
+    (at, now): (Instant, Micros),
+) -> Result<Start<'a>, Outcome> {
+    let Some(request) = TurnRequest::spend(turn) else {
+        let wait = next_slot(engine, primary);
+        return Err(Outcome::rate_limited(
+            &primary.name,
+            Reason::TurnBudget,
+            wait,
+            None,
+        ));
+    };
+    // Every wait below counts against one inline budget: a call whose
+    // reservations penalties keep voiding re-reserves, and stays below
+    // the model's view, until it has waited `inline_wait` in all.
+    let began = at;
+    // One clock read per round where nothing awaited in between.
+    let (mut at, mut now) = (at, now);
+    for _ in 0..MAX_REVOKED {
+        if let Some(outcome) = holds::quota_spent(scopes, now) {
+            return Err(outcome);
+        }
+        let remaining = micros(job.deadline.remaining(at));
+        if remaining == 0 {
+            return Err(Outcome::timed_out(job.deadline.len(), false));
+        }
+        // Never start a wait the deadline cannot pay for: the start must
+        // come strictly before the deadline.
+        let inline_left = micros(engine.defaults.inline_wait)
+            .saturating_sub(micros(at.saturating_duration_since(began)));
+        let max_wait = inline_left.min(remaining - 1);
+        let latest = now.saturating_add(max_wait);
+        let local = reserve_all(scopes, now, now, max_wait, job)
+            .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
+        let start = local.start().unwrap_or(now);
+        let (local, start, shared) = match engine.shared_for(job.credential) {
+            None => (local, start, None),
+            Some(budget) => {
+                let (local, start, grant) =
+                    with_shared(engine, budget, scopes, job, local, start, latest).await?;
+                (local, start, Some(grant))
+            }
+        };
+        // Only the shared budget awaits above.
+        if shared.is_some() {
+            (at, now) = engine.clock();
+        }
+        // Whether `at` went stale below.
+        let mut waited = false;
+        if start > now {
+            let wait = Duration::from_micros(start - now);
+            engine.observe(Event::Wait {
+                credential: &job.credential.name,
+                scope: &primary.name,
+                wait,
+                kind: WaitKind::Rate,
+            });
+            tracing::debug!(
+                wait_ms = wait.as_millis() as u64,
+                "waiting inline for a start slot"
+            );
+            tokio::time::sleep_until(engine.instant(start)).await;
+            waited = true;
+        }
+        if local.is_current() {
+            if waited {
+                (at, now) = engine.clock();
+            }
+            return Ok(Start {
+                request,
+                local,
+                shared,
+                at: (at, now),
+            });
+        }
+        // A penalty arrived while we waited: give back what still holds
+        // and ask again (the penalty may now defer the call).
+        drop(local);
+        drop(shared);
+        (at, now) = engine.clock();
+    }
+    let wait = next_slot(engine, primary);
+    Err(Outcome::rate_limited(
+        &primary.name,
+        Reason::Throttled,
+        wait,
+        None,
+    ))
+}
+
+/// Shadow mode's step 5 (issue 20): the same reservation, decided and
+/// never waited for. A slot within the inline wait is charged where
+/// enforcing would have started the call, so the cells go on modelling
+/// enforcement, and its wait is recorded; no slot in time is a deferral,
+/// charging nothing; a spent turn budget is a deferral too. The shared
+/// budget is not asked: shadow decisions spend none of it.
+pub(super) fn shadow_start<'a, E: Executor>(
+    engine: &'a Engine<E>,
+    turn: &'a TurnState,
+    primary: &Scope,
+    scopes: &[Arc<Scope>],
+    job: &Job<'a, E::Payload>,
+    recorder: &mut Recorder<'_, '_, E, E::Payload>,
+    (at, now): (Instant, Micros),
+) -> Result<Start<'a>, Outcome> {
+    let request = TurnRequest::spend(turn).unwrap_or_else(|| {
+        recorder.refuse(primary, ShadowDecision::Defer, next_slot(engine, primary));
+        TurnRequest { turn: None }
+    });
+    let remaining = micros(job.deadline.remaining(at));
+    if remaining == 0 {
+        return Err(Outcome::timed_out(job.deadline.len(), false));
+    }
+    let max_wait = micros(engine.defaults.inline_wait).min(remaining - 1);
+    let local = match reserve_all(scopes, now, now, max_wait, job) {
+        Ok(local) => {
+            let start = local.start().unwrap_or(now);
+            if start > now {
+                // The scope the common start waits for.
+                let binding = local
+                    .held
+                    .iter()
+                    .map(|(scope, _)| scope)
+                    .find(|scope| scope.blocked_until(now).is_some())
+                    .or_else(|| scopes.first());
+                if let Some(binding) = binding {
+                    recorder.wait(binding, Duration::from_micros(start - now));
+                }
+            }
+            local
+        }
+        Err((scope, deferred)) => {
+            let wait = Duration::from_micros(deferred.until.saturating_sub(now));
+            recorder.refuse(&scope, ShadowDecision::Defer, wait);
+            Local { held: Vec::new() }
+        }
+    };
+    Ok(Start {
+        request,
+        local,
+        shared: None,
+        at: (at, now),
+    })
+}
+
+/// Adds the shared budget's grant to the local slots held for `start`;
+/// when it grants a later start, the local slots move there.
+async fn with_shared<'a, E, P>(
+    engine: &Engine<E>,
+    budget: &'a Arc<dyn SharedBudget>,
+    scopes: &[Arc<Scope>],
+    job: &Job<'a, P>,
+    local: Local,
+    start: Micros,
+    latest: Micros,
+) -> Result<(Local, Micros, SharedGrant<'a>), Outcome> {
+    let mut local = local;
+    let mut start = start;
+    // Rounds until the shared budget and the local slots agree on one
+    // start: a grant must be charged where the call really starts, or the
+    // shared windows would count it early.
+    for _ in 0..4 {
+        let (at, grant) = match ask_shared(engine, budget, scopes, job, start, latest).await {
+            Ok(granted) => granted,
+            Err(denial) => {
+                // The local slots go back first: mirroring the denial may void
+                // them, and a voided slot can no longer be given back.
+                drop(local);
+                return Err(mirror(engine, scopes, job, denial));
+            }
+        };
+        if at <= start {
+            return Ok((local, start, grant));
+        }
+        // The shared budget starts later: move the local slots there (the
+        // grant goes back if they do not fit).
+        drop(local);
+        let now = engine.now();
+        local = reserve_all(scopes, now, at, latest.saturating_sub(now), job)
+            .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
+        let moved = local.start().unwrap_or(at);
+        // A grant whose time has come while we asked starts now (the
+        // window margin covers those microseconds, as for one window).
+        if moved <= at.max(now) {
+            return Ok((local, moved, grant));
+        }
+        // The local slots start later still: the grant goes back (dropped)
+        // and the shared budget is asked for that start.
+        start = moved;
+    }
+    let now = engine.now();
+    drop(local);
+    let scope = scopes
+        .first()
+        .map_or(&*job.credential.name, |scope| &*scope.name);
+    Err(Outcome::rate_limited(
+        scope,
+        Reason::Throttled,
+        Duration::from_micros(start.saturating_sub(now)).max(Duration::from_millis(1)),
+        None,
+    ))
+}
+
+/// No start slot on `scope` within the wait the call can afford: defer
+/// it, naming the window that set the start (and `priority` when the
+/// low-priority share did).
+fn no_slot(scope: &Scope, deferred: Deferred, now: Micros) -> Outcome {
+    let wait = Duration::from_micros(deferred.until.saturating_sub(now));
+    let reason = if deferred.priority {
+        Reason::Priority
+    } else {
+        Reason::Throttled
+    };
+    tracing::debug!(scope = %scope.name, wait_ms = wait.as_millis() as u64, window = deferred.window.as_deref().unwrap_or("server"), reason = reason.as_str(), "no start slot within the inline wait; deferring");
+    Outcome::rate_limited(&scope.name, reason, wait, None).in_window(deferred.window)
+}
+
+/// How long until the scope's next start slot, at least a millisecond.
+pub(super) fn next_slot<E>(engine: &Engine<E>, scope: &Scope) -> Duration {
+    let now = engine.now();
+    let wait = scope.earliest(now).saturating_sub(now);
+    Duration::from_micros(wait).max(Duration::from_millis(1))
+}
+
+/// Reserves on every scope at one common start time. Scopes can disagree
+/// (one is blocked later than another), so the latest start wins and the
+/// others are re-reserved there; a few rounds always settle it.
+fn reserve_all<P>(
+    scopes: &[Arc<Scope>],
+    now: Micros,
+    not_before: Micros,
+    max_wait: Micros,
+    job: &Job<'_, P>,
+) -> Result<Local, (Arc<Scope>, Deferred)> {
+    let Some(first) = scopes.first() else {
+        return Ok(Local { held: Vec::new() });
+    };
+    let mut latest = first.clone();
+    let mut not_before = not_before.max(now);
+    for _ in 0..4 {
+        let mut taken = Local {
+            held: Vec::with_capacity(scopes.len()),
+        };
+        for scope in scopes {
+            let ticket = scope
+                .reserve(now, not_before, max_wait, &job.ask)
+                .map_err(|deferred| (scope.clone(), deferred))?;
+            if ticket.start() > not_before {
+                not_before = ticket.start();
+                latest = scope.clone();
+            }
+            taken.held.push((scope.clone(), ticket));
+        }
+        if taken
+            .held
+            .iter()
+            .all(|(_, ticket)| ticket.start() == not_before)
+        {
+            return Ok(taken);
+        }
+    }
+    let deferred = Deferred {
+        until: not_before,
+        window: None,
+        priority: false,
+    };
+    Err((latest, deferred))
+}
+
+/// The shared budget said no: when the call could start, on which scope, and why.
+struct Denial {
+    wait: Duration,
+    scope: String,
+    hold: Hold,
+    /// When the answer came.
+    now: Micros,
+}
+
+/// Asks the shared budget for a start no earlier than `start` and no
+/// later than `latest`.
+async fn ask_shared<'a, E, P>(
+    engine: &Engine<E>,
+    budget: &'a Arc<dyn SharedBudget>,
+    scopes: &[Arc<Scope>],
+    job: &Job<'a, P>,
+    start: Micros,
+    latest: Micros,
+) -> Result<(Micros, SharedGrant<'a>), Denial> {
+    let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
+    let limits = &job.credential.limits;
+    let enforced = scopes.first().and_then(|primary| primary.enforced());
+    // A credential with several windows, groups, units or a low share:
+    // the backend charges every window of every call at once, in one set
+    // of logs. Only a credential with one request window and nothing else
+    // stays on `limit` (and the backend's leases): deciding by call would
+    // put the calls without a cost or a group in another log of the same
+    // window than those with, and each log would allow the whole window.
+    let plain = limits.windows.is_empty()
+        && limits.groups.is_empty()
+        && limits.units.is_empty()
+        && limits.low_share.is_none();
+    let windows: Vec<SharedWindow> = if plain {
+        Vec::new()
+    } else {
+        scopes
+            .iter()
+            .flat_map(|scope| scope.shared_windows(&job.ask))
+            .collect()
+    };
+    let now = engine.now();
+    let request = ReserveRequest {
+        credential: &job.credential.name,
+        scopes: &names,
+        limit: enforced.map(|rate| SharedLimit {
+            rate,
+            burst: limits.burst,
+        }),
+        windows: &windows,
+        not_before: Duration::from_micros(start.saturating_sub(now)),
+        max_wait: Duration::from_micros(latest.saturating_sub(now)),
+    };
+    let decision = budget.reserve(request).await;
+    let now = engine.now();
+    match decision {
+        Decision::Granted { wait, grant } => Ok((
+            now.saturating_add(micros(wait)),
+            SharedGrant {
+                budget: &**budget,
+                credential: &job.credential.name,
+                grant: Some(grant),
+            },
+        )),
+        Decision::Denied { wait, scope, hold } => Err(Denial {
+            wait,
+            scope,
+            hold,
+            now,
+        }),
+    }
+}
+
+/// Mirrors what the other processes learned onto this one's scope, and
+/// defers the call.
+fn mirror<E, P>(
+    engine: &Engine<E>,
+    scopes: &[Arc<Scope>],
+    job: &Job<'_, P>,
+    denial: Denial,
+) -> Outcome {
+    let Denial {
+        wait,
+        scope,
+        hold,
+        now,
+    } = denial;
+    tracing::debug!(%scope, wait_ms = wait.as_millis() as u64, ?hold, "the shared budget deferred the call");
+    let held = scopes.iter().find(|s| *s.name == *scope);
+    match (hold, held) {
+        (Hold::Quota, Some(held)) => {
+            learn::note_exhausted(engine, job.credential, held, wait, now);
+            Outcome::quota_exhausted(&held.name, wait)
+        }
+        (Hold::Quota, None) => Outcome::quota_exhausted(&scope, wait),
+        (Hold::Blocked, Some(held)) => {
+            held.block(now.saturating_add(micros(wait)), now);
+            Outcome::rate_limited(&held.name, Reason::Throttled, wait, None)
+        }
+        _ => Outcome::rate_limited(&scope, Reason::Throttled, wait, None),
+    }
+}

@@ -1,0 +1,456 @@
+//! The bounded queue in front of a scope's concurrency permits, with a cap that can move.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::Instant;
+
+use crate::config::Priority;
+use crate::deadline::Deadline;
+
+mod permit;
+mod waiters;
+
+use permit::QueueSlot;
+pub(crate) use permit::{AdmittedNow, Permit, Queued};
+use waiters::{Look, Waiters};
+
+/// Admission for one scope: `cap` permits, and at most `queue` calls waiting.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    semaphore: Semaphore,
+    /// The concurrency cap in force.
+    cap: AtomicU32,
+    /// Permits to take out of circulation as they come back, after the cap
+    /// was lowered while they were out.
+    debt: AtomicU32,
+    /// Permits out now.
+    out: AtomicUsize,
+    queue: u32,
+    queued: AtomicUsize,
+    /// The callers waiting, made on the first that has to: an uncontended
+    /// scope never pays for the queue's maps (issue 18).
+    waiters: OnceLock<Box<Mutex<Waiters>>>,
+}
+
+/// Why a call could not be admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The queue is full, or cannot drain in time: `running` permits are out.
+    Shed { running: usize },
+    /// No permit came before the deadline.
+    TimedOut,
+    /// The semaphore was closed.
+    Closed,
+}
+
+impl Admission {
+    pub(crate) fn new(cap: u32, queue: u32) -> Self {
+        Admission {
+            semaphore: Semaphore::new(cap as usize),
+            cap: AtomicU32::new(cap),
+            debt: AtomicU32::new(0),
+            out: AtomicUsize::new(0),
+            queue,
+            queued: AtomicUsize::new(0),
+            waiters: OnceLock::new(),
+        }
+    }
+
+    /// The waiting callers, made on first need.
+    fn waiters(&self) -> MutexGuard<'_, Waiters> {
+        self.waiters.get_or_init(Box::default).lock()
+    }
+
+    pub(crate) fn cap(&self) -> u32 {
+        self.cap.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Permits out now (calls holding one).
+    pub(crate) fn running(&self) -> usize {
+        self.out.load(Ordering::SeqCst)
+    }
+
+    fn granted<'a>(&'a self, permit: SemaphorePermit<'a>) -> Permit<'a> {
+        self.out.fetch_add(1, Ordering::SeqCst);
+        Permit {
+            permit: Some(permit),
+            admission: self,
+        }
+    }
+
+    /// A permit now, or a place in the queue until one comes. `estimate`
+    /// says how long the queue ahead needs to drain, given how many are
+    /// ahead; a full queue, or one that cannot drain within what is left of
+    /// `deadline` at `now`, sheds at once.
+    #[cfg(test)]
+    pub(crate) async fn admit(
+        &self,
+        deadline: &Deadline,
+        now: Instant,
+        estimate: impl FnOnce(usize) -> Duration,
+    ) -> Result<Permit<'_>, (Refused, Duration)> {
+        self.admit_as(Priority::Normal, deadline, now, estimate)
+            .await
+    }
+
+    /// A free permit at once, unless others wait for one: the start of
+    /// [`Admission::admit_as`], which never waits.
+    pub(crate) fn try_admit(&self) -> Option<Permit<'_>> {
+        if self.waiters.get().is_some_and(|w| !w.lock().is_empty()) {
+            return None;
+        }
+        let permit = self.semaphore.try_acquire().ok()?;
+        Some(self.granted(permit))
+    }
+
+    /// [`Admission::admit`] for a call of `priority`: waiting callers are
+    /// served highest priority first, first come first served within one.
+    pub(crate) async fn admit_as(
+        &self,
+        priority: Priority,
+        deadline: &Deadline,
+        now: Instant,
+        estimate: impl FnOnce(usize) -> Duration,
+    ) -> Result<Permit<'_>, (Refused, Duration)> {
+        if let Some(permit) = self.try_admit() {
+            return Ok(permit);
+        }
+        let queued = self.queued.fetch_add(1, Ordering::SeqCst);
+        let _slot = QueueSlot(&self.queued);
+        // Less urgent waiters are not ahead of this call: they neither delay
+        // it nor keep it out of a full queue, where the least urgent,
+        // newest of them gives up its place instead.
+        let below = self.waiters().below(priority);
+        let ahead = queued.saturating_sub(below);
+        let drain = estimate(ahead);
+        let full = queued >= self.queue as usize && !(below > 0 && self.evict_below(priority));
+        if full || drain >= deadline.remaining(now) {
+            return Err((
+                Refused::Shed {
+                    running: self.running(),
+                },
+                drain,
+            ));
+        }
+        let mut place = self.enqueue(priority);
+        let wake = place.wake.clone();
+        let head = async {
+            loop {
+                // A wake-up sent before this waits is kept (`notify_one`).
+                match self.claim(&mut place) {
+                    Look::Head => return true,
+                    Look::Evicted => return false,
+                    Look::Behind => {}
+                }
+                wake.notified().await;
+            }
+        };
+        match tokio::time::timeout_at(deadline.at(), head).await {
+            Err(_elapsed) => return Err((Refused::TimedOut, drain)),
+            Ok(false) => {
+                let running = self.running();
+                return Err((Refused::Shed { running }, drain));
+            }
+            Ok(true) => {}
+        }
+        let acquired = tokio::time::timeout_at(deadline.at(), self.semaphore.acquire()).await;
+        drop(place);
+        match acquired {
+            Ok(Ok(permit)) => Ok(self.granted(permit)),
+            Ok(Err(_closed)) => Err((Refused::Closed, drain)),
+            Err(_elapsed) => Err((Refused::TimedOut, drain)),
+        }
+    }
+
+    /// Shadow mode (issue 20): [`Admission::admit`]'s decision, made at
+    /// once. `Ok(Ok(permit))` when one is free; `Ok(Err((queued, drain)))`
+    /// when the call would have waited in the queue (it holds a place
+    /// there while it runs without a permit, so later calls see it ahead
+    /// of them); `Err(drain)` when it would have been shed.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn admit_now(
+        &self,
+        deadline: &Deadline,
+        now: Instant,
+        estimate: impl FnOnce(usize) -> Duration,
+    ) -> Result<Result<Permit<'_>, (Queued<'_>, Duration)>, Duration> {
+        if let Ok(permit) = self.semaphore.try_acquire() {
+            return Ok(Ok(self.granted(permit)));
+        }
+        let ahead = self.queued.fetch_add(1, Ordering::SeqCst);
+        let slot = QueueSlot(&self.queued);
+        let drain = estimate(ahead);
+        if ahead >= self.queue as usize || drain >= deadline.remaining(now) {
+            return Err(drain);
+        }
+        Ok(Err((Queued { _slot: slot }, drain)))
+    }
+
+    /// Moves the cap. Raising it pays off any debt first, then adds permits;
+    /// lowering it removes idle permits now and the rest as they come back.
+    pub(crate) fn set_cap(&self, cap: u32) {
+        let cap = cap.max(1);
+        let old = self.cap.swap(cap, Ordering::SeqCst);
+        if cap > old {
+            let mut more = cap - old;
+            let _ = self
+                .debt
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |debt| {
+                    let paid = debt.min(more);
+                    more -= paid;
+                    Some(debt - paid)
+                });
+            self.semaphore.add_permits(more as usize);
+        } else if cap < old {
+            let fewer = old - cap;
+            let removed =
+                u32::try_from(self.semaphore.forget_permits(fewer as usize)).unwrap_or(fewer);
+            self.debt
+                .fetch_add(fewer - removed.min(fewer), Ordering::SeqCst);
+        }
+    }
+
+    /// Gives back a permit that [`Permit::detach`] kept out, as its drop
+    /// would have: to the semaphore, unless the cap was lowered meanwhile.
+    pub(crate) fn release_detached(&self) {
+        self.out.fetch_sub(1, Ordering::SeqCst);
+        let owed = self
+            .debt
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |debt| {
+                debt.checked_sub(1)
+            })
+            .is_ok();
+        if !owed {
+            self.semaphore.add_permits(1);
+        }
+    }
+
+    /// True when no call holds or waits for a permit.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.running() == 0 && self.queued() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn far() -> Deadline {
+        Deadline::new(Instant::now(), Duration::from_secs(60)).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lowering_the_cap_takes_permits_back_as_they_return() {
+        let admission = Admission::new(3, 10);
+        let a = admission
+            .admit(&far(), Instant::now(), |_| Duration::ZERO)
+            .await
+            .unwrap();
+        let b = admission
+            .admit(&far(), Instant::now(), |_| Duration::ZERO)
+            .await
+            .unwrap();
+        admission.set_cap(1);
+        // One idle permit left at once; two are out, one of which is owed.
+        drop(a);
+        assert_eq!(admission.semaphore.available_permits(), 0);
+        drop(b);
+        assert_eq!(admission.semaphore.available_permits(), 1);
+        admission.set_cap(4);
+        assert_eq!(admission.semaphore.available_permits(), 4);
+        assert_eq!(admission.cap(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn raising_the_cap_pays_the_debt_first() {
+        let admission = Admission::new(2, 10);
+        let a = admission
+            .admit(&far(), Instant::now(), |_| Duration::ZERO)
+            .await
+            .unwrap();
+        let b = admission
+            .admit(&far(), Instant::now(), |_| Duration::ZERO)
+            .await
+            .unwrap();
+        admission.set_cap(1);
+        admission.set_cap(2);
+        drop((a, b));
+        assert_eq!(admission.semaphore.available_permits(), 2);
+    }
+
+    /// Issue 14: waiting callers are served highest priority first, in
+    /// order of arrival within a priority.
+    #[tokio::test(start_paused = true)]
+    async fn waiters_are_served_by_priority_then_arrival() {
+        let admission = std::sync::Arc::new(Admission::new(1, 10));
+        let held = admission
+            .admit(&far(), Instant::now(), |_| Duration::ZERO)
+            .await
+            .unwrap();
+        let order = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for (name, priority) in [
+            ("low1", Priority::Low),
+            ("normal1", Priority::Normal),
+            ("low2", Priority::Low),
+            ("high1", Priority::High),
+            ("normal2", Priority::Normal),
+        ] {
+            let (admission, order) = (admission.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let permit = admission
+                    .admit_as(priority, &far(), Instant::now(), |_| Duration::ZERO)
+                    .await
+                    .unwrap();
+                order.lock().push(name);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                drop(permit);
+            }));
+            // Each arrives after the previous one queued.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        drop(held);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        // low1 arrived first and was already the head when the others came.
+        assert_eq!(
+            *order.lock(),
+            ["low1", "high1", "normal1", "normal2", "low2"]
+        );
+    }
+
+    /// Issue 18: an uncontended scope never makes its queue; the first
+    /// call that has to wait does, and it is served as before.
+    #[tokio::test(start_paused = true)]
+    async fn the_queue_is_made_by_the_first_call_that_waits() {
+        let admission = std::sync::Arc::new(Admission::new(1, 1));
+        let held = admission.try_admit().unwrap();
+        assert!(admission.waiters.get().is_none());
+        let waiting = {
+            let admission = admission.clone();
+            tokio::spawn(async move {
+                admission
+                    .admit(&far(), Instant::now(), |_| Duration::ZERO)
+                    .await
+                    .is_ok()
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(admission.waiters.get().is_some());
+        assert_eq!(admission.queued(), 1);
+        drop(held);
+        assert!(waiting.await.unwrap());
+        assert!(admission.is_idle());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_sheds_with_the_estimate() {
+        let admission = Admission::new(1, 0);
+        let _held = admission
+            .admit(&far(), Instant::now(), |_| Duration::ZERO)
+            .await
+            .unwrap();
+        let refused = admission
+            .admit(&far(), Instant::now(), |ahead| {
+                Duration::from_secs(ahead as u64 + 1)
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused,
+            (Refused::Shed { running: 1 }, Duration::from_secs(1))
+        );
+    }
+
+    /// Issue 14: a full queue of low-priority waiters does not shed a high
+    /// one; the newest low waiter is shed in its place, and the high call
+    /// is served first.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_sheds_its_least_urgent_waiter_for_a_more_urgent_call() {
+        let admission = std::sync::Arc::new(Admission::new(1, 3));
+        let held = admission
+            .admit(&far(), Instant::now(), |_| Duration::ZERO)
+            .await
+            .unwrap();
+        let order = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for (name, priority) in [
+            ("low1", Priority::Low),
+            ("low2", Priority::Low),
+            ("low3", Priority::Low),
+            ("high", Priority::High),
+        ] {
+            let (admission, order) = (admission.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let result = admission
+                    .admit_as(priority, &far(), Instant::now(), |ahead| {
+                        Duration::from_secs(ahead as u64)
+                    })
+                    .await;
+                let verdict = match &result {
+                    Ok(_) => "served".to_owned(),
+                    Err((refused, drain)) => format!("{refused:?} {drain:?}"),
+                };
+                order.lock().push(format!("{name} {verdict}"));
+                drop(result);
+            }));
+            tokio::task::yield_now().await;
+        }
+        tokio::task::yield_now().await;
+        // The queue (3) was full of lows: the newest low is shed, and the high waits
+        // behind only low1, which already contends for the next permit.
+        assert_eq!(order.lock().clone(), ["low3 Shed { running: 1 } 2s"]);
+        drop(held);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(
+            order.lock().clone(),
+            [
+                "low3 Shed { running: 1 } 2s",
+                "low1 served",
+                "high served",
+                "low2 served"
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_equal_priority_arrival_is_still_shed_by_a_full_queue() {
+        let admission = std::sync::Arc::new(Admission::new(1, 1));
+        let _held = admission
+            .admit(&far(), Instant::now(), |_| Duration::ZERO)
+            .await
+            .unwrap();
+        let waiting = {
+            let admission = admission.clone();
+            tokio::spawn(async move {
+                admission
+                    .admit_as(Priority::Low, &far(), Instant::now(), |_| Duration::ZERO)
+                    .await
+                    .is_ok()
+            })
+        };
+        tokio::task::yield_now().await;
+        let refused = admission
+            .admit_as(Priority::Low, &far(), Instant::now(), |_| Duration::ZERO)
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(refused.0, Refused::Shed { running: 1 });
+        waiting.abort();
+    }
+}

@@ -1,0 +1,132 @@
+//! How a scope adapts: the rate it learns or probes for, and its concurrency cap.
+
+use std::time::Duration;
+
+use super::Scope;
+use crate::Rate;
+use crate::config::littles_law;
+use crate::limiter::Micros;
+
+/// Weight of the newest latency sample in the moving average.
+const LATENCY_ALPHA: f64 = 0.2;
+
+/// A change the scope made to itself, for the debug log.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Adapted {
+    pub(crate) rate: Option<Option<Rate>>,
+    pub(crate) cap: Option<u32>,
+}
+
+impl Scope {
+    /// The server stated a policy of `stated`: adopt it if it is lower than
+    /// what is in force (a configured rate never rises by learning).
+    pub(crate) fn learn(&self, stated: Rate) -> Adapted {
+        let mut state = self.state();
+        let before = state.limit.effective();
+        let lower = state.limit.learned.is_none_or(|learned| learned != stated);
+        if lower {
+            state.limit.learned = Some(stated);
+            let ceiling = [state.limit.configured, Some(stated)]
+                .into_iter()
+                .flatten()
+                .map(|rate| rate.per_sec())
+                .min_by(f64::total_cmp);
+            if let Some(aimd) = &mut state.limit.auto {
+                aimd.set_ceiling(ceiling);
+            }
+        }
+        let rate = state.apply(before);
+        drop(state);
+        Adapted {
+            rate,
+            cap: rate.and_then(|_| self.adjust_cap()),
+        }
+    }
+
+    /// A request starts: the `rate = "auto"` controller counts what it sends.
+    pub(crate) fn on_send(&self, started: Micros) {
+        if let Some(aimd) = &mut self.state().limit.auto {
+            aimd.on_send(started);
+        }
+    }
+
+    /// A response to a request started at `started` arrived: feeds the
+    /// `rate = "auto"` controller.
+    pub(crate) fn on_response(&self, started: Micros, now: Micros, throttled: bool) -> Adapted {
+        let mut state = self.state();
+        let before = state.limit.effective();
+        let changed = match &mut state.limit.auto {
+            Some(aimd) => aimd.on_response(started, now, throttled).is_some(),
+            None => false,
+        };
+        let rate = if changed { state.apply(before) } else { None };
+        drop(state);
+        Adapted {
+            rate,
+            cap: rate.and_then(|_| self.adjust_cap()),
+        }
+    }
+
+    /// Records a response's latency; with `max_in_flight = "auto"` the cap
+    /// follows. Returns the new cap when it moved.
+    pub(crate) fn record_latency(&self, latency: Duration) -> Option<u32> {
+        {
+            let mut state = self.state();
+            let blended = state.latency.as_secs_f64() * (1.0 - LATENCY_ALPHA)
+                + latency.as_secs_f64() * LATENCY_ALPHA;
+            // Both terms are at most a deadline's length, so this always
+            // fits; a latency is never worth a panic all the same.
+            state.latency = Duration::try_from_secs_f64(blended).unwrap_or(state.latency);
+        }
+        self.adjust_cap()
+    }
+
+    /// Little's law: the cap follows the rate in force times the smoothed
+    /// latency, at least 1, at most the configured bound.
+    pub(super) fn adjust_cap(&self) -> Option<u32> {
+        let (bound, admission) = (self.auto_cap?, self.admission.as_ref()?);
+        let (rate, latency) = {
+            let state = self.state();
+            (state.limit.effective()?, state.latency)
+        };
+        let mut cap = littles_law(rate, latency).min(bound);
+        if let Some(lowered) = self.crowding.lock().limit() {
+            cap = cap.min(lowered);
+        }
+        (cap != admission.cap()).then(|| {
+            admission.set_cap(cap);
+            cap
+        })
+    }
+
+    /// The cap the configuration (or `"auto"`) allows, ignoring rejections.
+    fn ceiling(&self) -> u32 {
+        let auto = self.auto_cap.and_then(|bound| {
+            let state = self.state();
+            Some(littles_law(state.limit.effective()?, state.latency).min(bound))
+        });
+        auto.unwrap_or(self.configured_cap)
+    }
+
+    /// The server refused a request for too many in flight: the cap drops
+    /// below what was running. Returns the new cap (admission scopes only).
+    pub(crate) fn on_concurrency_rejection(&self) -> Option<u32> {
+        let admission = self.admission.as_ref()?;
+        let cap = self
+            .crowding
+            .lock()
+            .on_rejection(admission.cap(), admission.running());
+        admission.set_cap(cap);
+        Some(cap)
+    }
+
+    /// A request was accepted: a lowered cap climbs back by one once as
+    /// many requests as it allows have succeeded. Returns the new cap.
+    pub(crate) fn on_accepted(&self) -> Option<u32> {
+        let admission = self.admission.as_ref()?;
+        let ceiling = self.ceiling();
+        let raised = self.crowding.lock().on_success(ceiling)?;
+        admission.set_cap(raised);
+        Some(raised)
+    }
+}

@@ -1,0 +1,512 @@
+//! One scope at run time: its limiter cell, what it learned, its admission, its counters.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::{Mutex, MutexGuard};
+use tokio::time::Instant;
+
+use super::admission::{Admission, AdmittedNow, Permit, Refused};
+use super::crowding::Crowding;
+use super::drain_estimate;
+use super::sent::SentLog;
+use super::shadow::ShadowCounters;
+use super::spend::{Ask, Budgets, Deferred, Ticket};
+use crate::Rate;
+use crate::adapt::Aimd;
+use crate::config::{GroupLimits, Limits, Priority};
+use crate::deadline::Deadline;
+use crate::limiter::{LimiterCell, Micros};
+use crate::outcome::{Outcome, Reason};
+
+mod adapt;
+mod held;
+mod limit;
+mod status;
+
+pub(crate) use adapt::Adapted;
+pub(crate) use held::Held;
+pub use status::ScopeStatus;
+
+use limit::Limit;
+
+/// `rate = "auto"` starts here, requests per second: below what nearly every
+/// API allows, and enough that slow start gets answers to grow on (at 1/s
+/// the first seconds carry one request each).
+const AUTO_START: f64 = 4.0;
+
+/// A concurrency permit from [`Scope::admit`] (none when the scope caps
+/// nothing).
+pub(crate) struct Admitted<'a> {
+    pub(crate) permit: Option<Permit<'a>>,
+    /// The call waited in the queue for it: the time it read before is
+    /// stale.
+    pub(crate) queued: bool,
+}
+
+impl<'a> Admitted<'a> {
+    fn now(permit: Option<Permit<'a>>) -> Self {
+        Admitted {
+            permit,
+            queued: false,
+        }
+    }
+}
+
+/// A scope's mutable state, behind one short-lived lock.
+#[derive(Debug)]
+struct State {
+    cell: LimiterCell,
+    /// Further windows, units and the low share (issue 14).
+    budgets: Budgets,
+    limit: Limit,
+    /// The scope's quota is spent until this instant (0: not exhausted).
+    quota_until: Micros,
+    /// Exponentially weighted moving average of response latency.
+    latency: Duration,
+    last_used: Micros,
+    /// Requests really sent (in shadow mode, more than the cell admitted).
+    sent: SentLog,
+}
+
+impl State {
+    /// Puts the effective limit into the cell; returns it if it changed.
+    fn apply(&mut self, before: Option<Rate>) -> Option<Option<Rate>> {
+        let after = self.limit.effective();
+        if after == before {
+            return None;
+        }
+        if !self.limit.shared {
+            self.cell
+                .set_limit(self.limit.enforced(), self.limit.burst());
+        }
+        Some(after)
+    }
+}
+
+/// One bucket: a credential's `api_key` scope (with admission), or a scope
+/// the server reported (limiter cell only).
+#[derive(Debug)]
+pub(crate) struct Scope {
+    pub(crate) credential: Arc<str>,
+    pub(crate) name: Arc<str>,
+    state: Mutex<State>,
+    admission: Option<Admission>,
+    /// `max_in_flight = "auto"`: the cap follows rate x latency up to this bound.
+    auto_cap: Option<u32>,
+    /// The configured `max_in_flight` (the bound, under `"auto"`).
+    configured_cap: u32,
+    /// What the server's concurrency rejections made of the cap.
+    crowding: Mutex<Crowding>,
+    in_flight: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+    outcomes: [AtomicU64; OUTCOME_KINDS.len()],
+    /// Shadow mode: what enforcing would have done.
+    shadow: OnceLock<Box<ShadowCounters>>,
+}
+
+const OUTCOME_KINDS: [&str; 5] = [
+    "ok",
+    "rate_limited",
+    "quota_exhausted",
+    "timed_out",
+    "error",
+];
+
+impl Scope {
+    /// A credential's own scope: its configured rate, semaphore and queue.
+    pub(crate) fn primary(
+        credential: Arc<str>,
+        name: Arc<str>,
+        limits: &Limits,
+        now: Micros,
+    ) -> Self {
+        let cap = limits.max_in_flight;
+        let admission = Admission::new(cap, limits.queue);
+        let auto = limits.auto_rate.then(|| {
+            let ceiling = limits.rate.map(|rate| rate.per_sec());
+            Box::new(Aimd::new(
+                AUTO_START.min(ceiling.unwrap_or(AUTO_START)),
+                ceiling,
+                now,
+            ))
+        });
+        let limit = Limit {
+            configured: limits.rate,
+            burst: limits.burst,
+            learned: None,
+            auto,
+            margin: limits.margin,
+            // Shadow mode spends no shared budget: it models the rate
+            // locally, on this process's own traffic (issue 20).
+            shared: limits.shared && limits.enforce,
+        };
+        let budgets = Budgets::new(
+            &limits.rates(),
+            limits.burst,
+            &limits.units,
+            limits.low_share,
+            limits.margin,
+        );
+        let scope = Self::build(
+            credential,
+            name,
+            limit,
+            limits,
+            budgets,
+            Some(admission),
+            now,
+        );
+        if limits.auto_concurrency {
+            scope.adjust_cap();
+        }
+        scope
+    }
+
+    /// A scope the server reported: follows the server's signals, and its
+    /// stated policy when the credential learns.
+    pub(crate) fn reported(
+        credential: Arc<str>,
+        name: Arc<str>,
+        limits: &Limits,
+        now: Micros,
+    ) -> Self {
+        let limit = Limit {
+            configured: None,
+            burst: None,
+            learned: None,
+            auto: None,
+            margin: limits.margin,
+            shared: limits.shared && limits.enforce,
+        };
+        Self::build(credential, name, limit, limits, Budgets::none(), None, now)
+    }
+
+    /// A limit group of the credential (`[credentials.X.groups.G]`): its
+    /// own windows, semaphore and queue.
+    pub(crate) fn group(
+        credential: Arc<str>,
+        name: Arc<str>,
+        group: &GroupLimits,
+        limits: &Limits,
+        now: Micros,
+    ) -> Self {
+        let limit = Limit {
+            configured: group.rates.first().copied(),
+            burst: group.burst,
+            learned: None,
+            auto: None,
+            margin: limits.margin,
+            shared: limits.shared && limits.enforce,
+        };
+        let budgets = Budgets::new(
+            &group.rates,
+            group.burst,
+            &[],
+            limits.low_share,
+            limits.margin,
+        );
+        let admission = Admission::new(group.max_in_flight, group.queue);
+        let mut scope = Self::build(
+            credential,
+            name,
+            limit,
+            limits,
+            budgets,
+            Some(admission),
+            now,
+        );
+        // A group's cap is its own, never `max_in_flight = "auto"`'s.
+        scope.auto_cap = None;
+        scope
+    }
+
+    fn build(
+        credential: Arc<str>,
+        name: Arc<str>,
+        limit: Limit,
+        limits: &Limits,
+        budgets: Budgets,
+        admission: Option<Admission>,
+        now: Micros,
+    ) -> Self {
+        let cell = match limit.enforced() {
+            Some(rate) if !limit.shared => {
+                let mut rates = vec![rate];
+                rates.extend(budgets.further(limit.margin));
+                LimiterCell::windows(&rates, limit.burst())
+            }
+            _ => LimiterCell::unlimited(),
+        };
+        let auto_cap =
+            (limits.auto_concurrency && admission.is_some()).then_some(limits.max_in_flight);
+        Scope {
+            credential,
+            name,
+            state: Mutex::new(State {
+                cell,
+                budgets,
+                limit,
+                quota_until: 0,
+                latency: limits.expected_latency,
+                last_used: now,
+                sent: SentLog::default(),
+            }),
+            admission,
+            auto_cap,
+            configured_cap: limits.max_in_flight,
+            crowding: Mutex::new(Crowding::default()),
+            in_flight: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
+            outcomes: Default::default(),
+            shadow: OnceLock::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    pub(crate) fn touch(&self, now: Micros) {
+        let mut state = self.state();
+        state.last_used = state.last_used.max(now);
+    }
+
+    /// Waits for a concurrency permit in the bounded queue. A full queue, or
+    /// a queue that cannot drain within what is left of `deadline`, sheds at
+    /// once with the drain estimate; a permit that does not come by
+    /// `deadline` times out. `now` and `at` are the caller's one reading of
+    /// the clock; [`Admitted::queued`] says whether it went stale here.
+    pub(crate) async fn admit(
+        &self,
+        now: Micros,
+        at: Instant,
+        deadline: &Deadline,
+        priority: Priority,
+    ) -> Result<Admitted<'_>, Outcome> {
+        let Some(admission) = &self.admission else {
+            return Ok(Admitted::now(None));
+        };
+        if let Some(permit) = admission.try_admit() {
+            return Ok(Admitted::now(Some(permit)));
+        }
+        let estimate = |ahead| self.drain_estimate(admission, ahead, now);
+        match admission.admit_as(priority, deadline, at, estimate).await {
+            Ok(permit) => Ok(Admitted {
+                permit: Some(permit),
+                queued: true,
+            }),
+            Err((Refused::Shed { running }, drain)) => Err(Outcome::rate_limited(
+                &self.name,
+                Reason::Shed,
+                drain,
+                Some(running),
+            )),
+            Err((Refused::TimedOut, _)) => Err(Outcome::timed_out(deadline.len(), false)),
+            Err((Refused::Closed, _)) => Err(Outcome::error(None, "the scope was shut down")),
+        }
+    }
+
+    /// Shadow mode's admission (issue 20): what [`Scope::admit`] would do,
+    /// decided at once. A permit when one is free; else the call counts as
+    /// queued while it runs without one, and the decision is a wait (the
+    /// queue's drain estimate) or a shed — the queue is full, or cannot
+    /// drain within the deadline.
+    pub(crate) fn admit_now(
+        &self,
+        now: Micros,
+        at: Instant,
+        deadline: &Deadline,
+    ) -> AdmittedNow<'_> {
+        let Some(admission) = &self.admission else {
+            return AdmittedNow::Permit { permit: None };
+        };
+        let estimate = |ahead| self.drain_estimate(admission, ahead, now);
+        match admission.admit_now(deadline, at, estimate) {
+            Ok(Ok(permit)) => AdmittedNow::Permit {
+                permit: Some(permit),
+            },
+            Ok(Err((queued, wait))) => AdmittedNow::Wait {
+                _queued: queued,
+                wait,
+            },
+            Err(wait) => AdmittedNow::Shed { wait },
+        }
+    }
+
+    fn drain_estimate(&self, admission: &Admission, ahead: usize, now: Micros) -> Duration {
+        let mut state = self.state();
+        let next_slot = Duration::from_micros(state.cell.earliest(now) - now);
+        let interval = state.limit.enforced().map(|rate| rate.interval());
+        drain_estimate(ahead, admission.cap(), state.latency, interval, next_slot)
+    }
+
+    /// When the spent quota resets, if it is spent at `now`.
+    pub(crate) fn quota_until(&self, now: Micros) -> Option<Micros> {
+        let state = self.state();
+        (state.quota_until > now).then_some(state.quota_until)
+    }
+
+    /// When the server's block ends, if it blocks the scope at `now`.
+    pub(crate) fn blocked_until(&self, now: Micros) -> Option<Micros> {
+        self.state().cell.blocked_until(now)
+    }
+
+    /// The earliest start at or after `now`, charging nothing.
+    pub(crate) fn earliest(&self, now: Micros) -> Micros {
+        self.state().cell.earliest(now)
+    }
+
+    /// Reserves a start for a call asking `ask`: a request in every
+    /// window, its costs in every unit window, its low share; all at one
+    /// start no earlier than `not_before`, at most `max_wait` after `now`.
+    pub(crate) fn reserve(
+        &self,
+        now: Micros,
+        not_before: Micros,
+        max_wait: Micros,
+        ask: &Ask,
+    ) -> Result<Ticket, Deferred> {
+        let mut state = self.state();
+        let State {
+            cell,
+            budgets,
+            limit,
+            ..
+        } = &mut *state;
+        budgets.reserve(cell, limit.effective(), now, not_before, max_wait, ask)
+    }
+
+    pub(crate) fn refund(&self, ticket: &Ticket) {
+        let mut state = self.state();
+        state.cell.refund(&ticket.requests);
+        state.budgets.refund(ticket);
+    }
+
+    pub(crate) fn is_current(&self, ticket: &Ticket) -> bool {
+        let state = self.state();
+        state.cell.is_current(&ticket.requests) && state.budgets.is_current(ticket)
+    }
+
+    /// Why `ask` can never be granted on this scope, if it cannot.
+    pub(crate) fn never_fits(&self, ask: &Ask) -> Option<String> {
+        self.state().budgets.never_fits(ask)
+    }
+
+    /// What `ticket` charged in each unit.
+    pub(crate) fn costs_of(&self, ticket: &Ticket) -> Vec<(Arc<str>, u64)> {
+        ticket.costs(&self.state().budgets)
+    }
+
+    /// The true-up of a call started at `start`; false without that unit.
+    pub(crate) fn settle(
+        &self,
+        unit: &str,
+        start: Micros,
+        estimate: u64,
+        actual: u64,
+        priority: Priority,
+    ) -> bool {
+        self.state()
+            .budgets
+            .settle(unit, start, estimate, actual, priority)
+    }
+
+    /// The server's count of `unit`; false when the scope has no such unit.
+    pub(crate) fn sync_unit(
+        &self,
+        unit: &str,
+        remaining: u64,
+        reset_at: Micros,
+        now: Micros,
+    ) -> bool {
+        self.state().budgets.sync(unit, remaining, reset_at, now)
+    }
+
+    /// True when `name` is one of the scope's units.
+    pub(crate) fn has_unit(&self, name: &str) -> bool {
+        self.state().budgets.has_unit(name)
+    }
+
+    pub(crate) fn sync(&self, remaining: u64, reset_at: Micros, now: Micros) {
+        self.state().cell.sync(remaining, reset_at, now);
+    }
+
+    pub(crate) fn penalize(&self, until: Micros, now: Micros) {
+        self.state().cell.penalize(until, now);
+    }
+
+    /// Mirrors a block another process learned: nothing starts before `until`.
+    pub(crate) fn block(&self, until: Micros, now: Micros) {
+        self.state().cell.sync(0, until, now);
+    }
+
+    /// Marks the quota spent until `until`; true if it was not already.
+    pub(crate) fn exhaust(&self, until: Micros, now: Micros) -> bool {
+        let mut state = self.state();
+        let fresh = state.quota_until <= now;
+        state.quota_until = state.quota_until.max(until);
+        fresh
+    }
+
+    /// Every window and unit budget `ask` spends on this scope, as the
+    /// shared backend charges them: the request windows (the rate in force
+    /// first, cost 1), then each unit's windows at the call's cost.
+    pub(crate) fn shared_windows(&self, ask: &Ask) -> Vec<crate::shared::SharedWindow> {
+        let state = self.state();
+        let margin = state.limit.margin;
+        let requests = state
+            .limit
+            .enforced()
+            .into_iter()
+            .chain(state.budgets.further(margin));
+        let requests: Vec<Rate> = requests.collect();
+        let mut windows: Vec<_> = requests
+            .iter()
+            .enumerate()
+            .map(|(index, rate)| crate::shared::SharedWindow {
+                scope: self.name.to_string(),
+                unit: None,
+                index,
+                rate: *rate,
+                cost: 1,
+                low: false,
+                burst: if index == 0 {
+                    state.limit.burst()
+                } else {
+                    None
+                },
+            })
+            .collect();
+        windows.extend(state.budgets.shared_units(&self.name, ask, margin));
+        let burst = state.limit.burst();
+        windows.extend(
+            state
+                .budgets
+                .shared_low(&self.name, &requests, burst, ask, margin),
+        );
+        windows
+    }
+
+    /// The rate the cells enforce now (for the shared budget's requests).
+    pub(crate) fn enforced(&self) -> Option<Rate> {
+        self.state().limit.enforced()
+    }
+
+    /// True when forgetting the scope changes nothing: nobody is using it,
+    /// its cell is as good as fresh, nothing was learned, and it has been
+    /// idle for `idle`.
+    pub(crate) fn is_evictable(&self, now: Micros, idle: Micros) -> bool {
+        if self.in_flight() > 0 || self.admission.as_ref().is_some_and(|a| !a.is_idle()) {
+            return false;
+        }
+        let state = self.state();
+        state.cell.is_idle(now)
+            && state.budgets.is_idle(now)
+            && state.quota_until <= now
+            && state.limit.learned.is_none()
+            && state.limit.auto.is_none()
+            && state.last_used.saturating_add(idle) <= now
+    }
+}

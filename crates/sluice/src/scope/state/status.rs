@@ -1,0 +1,167 @@
+//! What a scope counts and shows: its sent log, outcomes, and `/v1/status` view.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{Limit, OUTCOME_KINDS, Scope, State};
+use crate::Rate;
+use crate::adapt::{Aimd, AimdState};
+use crate::limiter::{Micros, micros};
+use crate::observe::ShadowDecision;
+use crate::outcome::Outcome;
+use crate::scope::admission::Admission;
+use crate::scope::shadow::ShadowStatus;
+use crate::scope::spend::{UnitStatus, WindowStatus};
+
+/// A live view of one scope, for `/v1/status` and operators. Never holds a secret.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScopeStatus {
+    /// The credential's name.
+    pub credential: String,
+    /// The scope's name.
+    pub scope: String,
+    /// Its configured rate, e.g. `10/1s`, if it has one.
+    pub rate: Option<String>,
+    /// The rate the server stated in a policy header, if it was learned.
+    pub learned_rate: Option<String>,
+    /// The rate in force: the lowest of configured, learned and auto.
+    pub effective_rate: Option<String>,
+    /// The `rate = "auto"` controller, if the credential probes for its limit.
+    pub auto_rate: Option<AimdState>,
+    /// Its burst when GCRA semantics are in use.
+    pub burst: Option<u32>,
+    /// The concurrency cap in force (admission scopes only).
+    pub max_in_flight: Option<u32>,
+    /// True when the cap follows rate x latency (`max_in_flight = "auto"`).
+    pub max_in_flight_auto: bool,
+    /// True while the server's concurrency rejections hold the cap below
+    /// what is configured; it recovers by one as requests succeed.
+    pub max_in_flight_lowered: bool,
+    /// The admission queue's bound.
+    pub queue_limit: Option<u32>,
+    /// Requests in flight now.
+    pub in_flight: usize,
+    /// The most requests ever in flight at once.
+    pub peak_in_flight: usize,
+    /// Calls waiting for a permit now.
+    pub queued: usize,
+    /// How long the server has blocked the scope from now, if it has.
+    pub blocked_for_ms: Option<u64>,
+    /// True while the scope's quota is spent.
+    pub quota_exhausted: bool,
+    /// Time until the spent quota resets.
+    pub quota_resets_in_ms: Option<u64>,
+    /// What the server last said remains in its window (after any reserve).
+    pub server_remaining: Option<u64>,
+    /// When the server's window that `server_remaining` counts resets, from now.
+    pub server_reset_in_ms: Option<u64>,
+    /// Requests this process sent on the scope in the rolling window of
+    /// the rate in force (`sent_window_ms`). In shadow mode it can exceed
+    /// the limit: calls enforcing would have held were sent.
+    pub sent_in_window: u64,
+    /// The window `sent_in_window` counts over: the rate in force's, or a
+    /// second when the scope has no rate.
+    pub sent_window_ms: u64,
+    /// `sent_in_window` at the end of each of the last 60 seconds, oldest
+    /// first (the last is now): the rolling window's recent history.
+    pub sent_history: Vec<u64>,
+    /// The smoothed response latency.
+    pub latency_ms: f64,
+    /// Outcomes of calls decided on this scope, by status.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Shadow mode's record: what enforcing would have done here.
+    pub shadow: ShadowStatus,
+    /// Every request window sluice keeps on the scope (the rate in force
+    /// first): used, remaining and the next free slot.
+    pub windows: Vec<WindowStatus>,
+    /// Every unit's windows (the credential's own scope only).
+    pub units: Vec<UnitStatus>,
+    /// `priorities.low`: the share of every window low calls may start.
+    pub low_share: Option<f64>,
+}
+
+impl Scope {
+    /// A request on this scope was sent at `at`: logged for the
+    /// rolling-window view.
+    pub(crate) fn record_start(&self, at: Micros) {
+        let mut state = self.state();
+        let window = sent_window(&state.limit);
+        state.sent.record(at, window);
+    }
+
+    /// Shadow mode: enforcing would have made `decision` here.
+    pub(crate) fn record_shadow(&self, decision: ShadowDecision, wait: Duration) {
+        self.shadow.get_or_init(Box::default).record(decision, wait);
+    }
+
+    pub(crate) fn record_outcome(&self, outcome: &Outcome) {
+        if let Some(index) = OUTCOME_KINDS
+            .iter()
+            .position(|kind| *kind == outcome.status())
+        {
+            self.outcomes[index].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn status(&self, now: Micros) -> ScopeStatus {
+        let mut state = self.state();
+        let first = state.limit.effective();
+        let (windows, units) = {
+            let State { cell, budgets, .. } = &mut *state;
+            budgets.status(cell, first, now)
+        };
+        let low_share = state.budgets.share();
+        let ms = |until: Micros| (until - now).div_ceil(1_000);
+        let show = |rate: Option<Rate>| rate.map(|rate| rate.to_string());
+        let window = sent_window(&state.limit);
+        let server = state.cell.server_remaining(now);
+        ScopeStatus {
+            credential: self.credential.to_string(),
+            scope: self.name.to_string(),
+            rate: show(state.limit.configured),
+            learned_rate: show(state.limit.learned),
+            effective_rate: show(state.limit.effective()),
+            auto_rate: state.limit.auto.as_deref().map(Aimd::state),
+            burst: state.limit.burst().map(NonZeroU32::get),
+            max_in_flight: self.admission.as_ref().map(Admission::cap),
+            max_in_flight_auto: self.auto_cap.is_some(),
+            max_in_flight_lowered: self.crowding.lock().limit().is_some(),
+            queue_limit: self.admission.as_ref().map(Admission::queue),
+            in_flight: self.in_flight(),
+            peak_in_flight: self.peak_in_flight.load(Ordering::SeqCst),
+            queued: self.admission.as_ref().map_or(0, Admission::queued),
+            blocked_for_ms: state.cell.blocked_until(now).map(ms),
+            quota_exhausted: state.quota_until > now,
+            quota_resets_in_ms: (state.quota_until > now).then(|| ms(state.quota_until)),
+            server_remaining: server.map(|(remaining, _)| remaining),
+            server_reset_in_ms: server.map(|(_, reset_at)| ms(reset_at)),
+            sent_in_window: state.sent.in_window(now, window),
+            sent_window_ms: window / 1_000,
+            sent_history: state.sent.history(now, window),
+            latency_ms: state.latency.as_secs_f64() * 1_000.0,
+            outcomes: OUTCOME_KINDS
+                .iter()
+                .zip(&self.outcomes)
+                .map(|(kind, count)| ((*kind).to_owned(), count.load(Ordering::Relaxed)))
+                .collect(),
+            shadow: self
+                .shadow
+                .get()
+                .map_or_else(ShadowStatus::default, |shadow| shadow.status()),
+            windows,
+            units,
+            low_share,
+        }
+    }
+}
+
+/// The window the sent log counts over: the rate in force's, else a second.
+fn sent_window(limit: &Limit) -> Micros {
+    limit
+        .effective()
+        .map_or(1_000_000, |rate| micros(rate.window()))
+}

@@ -1,0 +1,550 @@
+//! Issue 14 on tokio's paused clock: several windows at once, limit
+//! groups, costs in units with a true-up, and priorities — asserted on the
+//! request start times the simulated upstream recorded, on both cell types
+//! (the exact sliding window, and GCRA when `burst` is set).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use sluice::{
+    Call, Cost, CredentialConfig, Defaults, GateConfig, GroupConfig, Outcome, Priority, Reason,
+    Settle, ToolConfig, UnitConfig,
+};
+use support::*;
+
+fn rate(text: &str) -> sluice::Rate {
+    text.parse().unwrap()
+}
+
+/// No window margin, so that the times below are the exact windows.
+fn exact() -> Defaults {
+    Defaults {
+        window_margin: Duration::ZERO,
+        ..Defaults::default()
+    }
+}
+
+fn gate_of(
+    credential: CredentialConfig,
+    tools: &[(&str, ToolConfig)],
+    sim: &std::sync::Arc<Sim>,
+) -> sluice::Gate<SimExecutor> {
+    let mut config = GateConfig::default()
+        .defaults(exact())
+        .credential("key", credential);
+    for (name, tool) in tools {
+        config = config.tool(name, tool.clone());
+    }
+    build_gate(config, sim)
+}
+
+fn call(tool: &str, n: usize) -> Call {
+    Call::new(tool, json!({ "n": n }))
+}
+
+fn window_of(outcome: &Outcome) -> Option<(&str, Reason, Option<&str>)> {
+    match outcome {
+        Outcome::RateLimited {
+            scope,
+            reason,
+            window,
+            ..
+        } => Some((scope.as_str(), *reason, window.as_deref())),
+        _ => None,
+    }
+}
+
+/// Several windows hold at once, on both cell types: waves of calls over
+/// 25 s never start more than 3 in any second nor 5 in any 10 s, and a
+/// call the long window defers is told so.
+#[tokio::test(start_paused = true)]
+async fn every_window_holds_at_once_on_every_cell_type() {
+    for burst in [None, Some(3)] {
+        let sim = Sim::always_ok(10);
+        let mut credential = CredentialConfig::with_rate(rate("3/1s"))
+            .window(rate("5/10s"))
+            .max_in_flight(20)
+            .queue(50);
+        if let Some(burst) = burst {
+            credential = credential.burst(burst);
+        }
+        let gate = gate_of(credential, &[("read", ToolConfig::read("key"))], &sim);
+        let mut deferred = Vec::new();
+        for wave in 0..25 {
+            let outcomes = gate
+                .turn()
+                .run((0..4).map(|i| call("read", wave * 10 + i)))
+                .await;
+            deferred.extend(
+                outcomes
+                    .iter()
+                    .filter_map(window_of)
+                    .map(|(s, r, w)| (s.to_owned(), r, w.map(str::to_owned))),
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let starts = sim.starts_ms();
+        assert!(starts.len() >= 10, "{burst:?}: {starts:?}");
+        // GCRA: at most burst + rate x W in a rolling second.
+        let per_second = if burst.is_some() { 6 } else { 3 };
+        assert!(
+            max_in_window(&starts, 1_000.0) <= per_second,
+            "{burst:?}: {starts:?}"
+        );
+        assert!(
+            max_in_window(&starts, 10_000.0) <= 5,
+            "{burst:?}: {starts:?}"
+        );
+        assert!(
+            deferred.contains(&(
+                "api_key".to_owned(),
+                Reason::Throttled,
+                Some("5/10s".to_owned())
+            )),
+            "{burst:?}: {deferred:?}"
+        );
+    }
+}
+
+/// A reservation is all or nothing: the wait returned is the longest of
+/// every window, and a deferral charges no window.
+#[tokio::test(start_paused = true)]
+async fn a_deferred_call_charges_no_window() {
+    let sim = Sim::always_ok(0);
+    let credential = CredentialConfig::with_rate(rate("2/1s")).window(rate("3/1m"));
+    let gate = gate_of(credential, &[("read", ToolConfig::read("key"))], &sim);
+    let outcomes = gate.turn().run((0..3).map(|i| call("read", i))).await;
+    // Two now, the third a second later (inline); the fourth would need
+    // the minute window: deferred with that wait, charging nothing.
+    assert!(outcomes.iter().all(Outcome::is_ok));
+    assert_eq!(sim.starts_ms(), [0.0, 0.0, 1_000.0]);
+    let outcome = gate.turn().call(call("read", 9)).await;
+    let Outcome::RateLimited {
+        retry_after_ms,
+        window,
+        ..
+    } = &outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(window.as_deref(), Some("3/1m"));
+    assert_eq!(*retry_after_ms, 59_000);
+    tokio::time::sleep(Duration::from_millis(59_000)).await;
+    assert!(gate.turn().call(call("read", 10)).await.is_ok());
+    assert_eq!(sim.starts_ms(), [0.0, 0.0, 1_000.0, 60_000.0]);
+}
+
+fn grouped(burst: Option<u32>) -> CredentialConfig {
+    let mut group = GroupConfig::with_rate(rate("2/10s")).max_in_flight(1);
+    if let Some(burst) = burst {
+        group = group.burst(burst);
+    }
+    CredentialConfig::with_rate(rate("20/1s"))
+        .max_in_flight(10)
+        .group("search", group)
+}
+
+fn group_tools() -> Vec<(&'static str, ToolConfig)> {
+    vec![
+        ("search", ToolConfig::read("key").group("search")),
+        ("get", ToolConfig::read("key")),
+    ]
+}
+
+/// A group is a scope of its own: its window and semaphore hold, the
+/// credential's too, and an exhausted group never stalls tools outside it.
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_group_never_stalls_tools_outside_it() {
+    for burst in [None, Some(2)] {
+        let sim = Sim::always_ok(100);
+        let gate = gate_of(grouped(burst), &group_tools(), &sim);
+        let turn = gate.turn();
+        let calls = (0..8)
+            .map(|i| call("search", i))
+            .chain((0..6).map(|i| call("get", 100 + i)));
+        let outcomes = turn.run(calls).await;
+        let records = sim.records();
+        let search: Vec<f64> = records
+            .iter()
+            .filter(|r| r.tool == "search")
+            .map(|r| r.t_ms)
+            .collect();
+        let get: Vec<f64> = records
+            .iter()
+            .filter(|r| r.tool == "get")
+            .map(|r| r.t_ms)
+            .collect();
+        assert_eq!(get, [0.0; 6], "{burst:?}: the other tool started at once");
+        assert_eq!(search, [0.0, 100.0], "{burst:?}");
+        // One search in flight at a time (100 ms each).
+        for pair in search.windows(2) {
+            assert!(pair[1] - pair[0] >= 100.0 - 1e-6, "{burst:?}: {search:?}");
+        }
+        let deferred: Vec<_> = outcomes.iter().filter_map(window_of).collect();
+        assert!(!deferred.is_empty(), "{burst:?}");
+        assert!(
+            deferred.iter().all(|(scope, _, _)| *scope == "search"),
+            "{burst:?}: {deferred:?}"
+        );
+        assert!(
+            deferred
+                .iter()
+                .any(|(_, _, window)| *window == Some("2/10s")),
+            "{burst:?}: {deferred:?}"
+        );
+    }
+}
+
+/// A scope the server reports maps onto the configured group of that
+/// name: GitHub's `x-ratelimit-resource: search` with nothing remaining
+/// blocks the group, not the credential.
+#[tokio::test(start_paused = true)]
+async fn a_reported_scope_maps_onto_its_group() {
+    let sim = Sim::new(|_, request| {
+        if &*request.tool == "search" {
+            Reply::ok(0)
+                .header("x-ratelimit-resource", "search")
+                .header("x-ratelimit-limit", "30")
+                .header("x-ratelimit-remaining", "0")
+                .header("x-ratelimit-reset", "60")
+        } else {
+            Reply::ok(0)
+        }
+    });
+    let gate = gate_of(grouped(None), &group_tools(), &sim);
+    assert!(gate.turn().call(call("search", 1)).await.is_ok());
+    let blocked = gate.turn().call(call("search", 2)).await;
+    assert_eq!(
+        window_of(&blocked).map(|w| w.0),
+        Some("search"),
+        "{blocked:?}"
+    );
+    assert!(gate.turn().call(call("get", 3)).await.is_ok());
+    assert_eq!(sim.count(), 2);
+    let scopes: Vec<String> = gate.status().into_iter().map(|s| s.scope).collect();
+    assert_eq!(scopes, ["api_key", "search"]);
+}
+
+fn tokens(burst: Option<u32>) -> CredentialConfig {
+    let mut unit = UnitConfig::with_rate(rate("100/1s"));
+    unit.burst = burst;
+    CredentialConfig::with_rate(rate("50/1s"))
+        .max_in_flight(20)
+        .unit("tokens", unit)
+}
+
+fn chat() -> ToolConfig {
+    ToolConfig::write("key").cost("tokens", Cost::Argument("max_tokens".into()))
+}
+
+fn ask(n: usize, max_tokens: u64) -> Call {
+    Call::new("chat", json!({ "n": n, "max_tokens": max_tokens }))
+}
+
+/// Tokens spent in any second stay within the unit's window, on both
+/// cell types; each call spends its own cost.
+#[tokio::test(start_paused = true)]
+async fn costs_hold_the_unit_window_on_every_cell_type() {
+    for burst in [None, Some(100)] {
+        let sim = Sim::always_ok(10);
+        let gate = gate_of(tokens(burst), &[("chat", chat())], &sim);
+        for wave in 0..6 {
+            gate.turn()
+                .run((0..4).map(|i| ask(wave * 10 + i, 30 + 5 * i as u64)))
+                .await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let records = sim.records();
+        assert!(records.len() >= 8, "{burst:?}: {}", records.len());
+        for (i, first) in records.iter().enumerate() {
+            let spent: u64 = records[i..]
+                .iter()
+                .take_while(|r| r.t_ms - first.t_ms < 1_000.0 - 1e-6)
+                .map(|r| r.args["max_tokens"].as_u64().unwrap())
+                .sum();
+            // GCRA: at most burst + rate x W.
+            let bound = if burst.is_some() { 200 } else { 100 };
+            assert!(
+                spent <= bound,
+                "{burst:?}: {spent} tokens in the second from {}",
+                first.t_ms
+            );
+        }
+    }
+}
+
+/// A cost from a bad argument is an error naming it; a cost that can
+/// never fit is an error, never a `rate_limited`; neither sends anything.
+#[tokio::test(start_paused = true)]
+async fn bad_or_impossible_costs_are_errors_and_send_nothing() {
+    let sim = Sim::always_ok(0);
+    let gate = gate_of(tokens(None), &[("chat", chat())], &sim);
+    let missing = gate.turn().call(Call::new("chat", json!({}))).await;
+    let negative = gate
+        .turn()
+        .call(Call::new("chat", json!({"max_tokens": -5})))
+        .await;
+    let huge = gate.turn().call(ask(1, 101)).await;
+    for outcome in [&missing, &negative] {
+        let Outcome::Error { message, .. } = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert!(message.contains("\"max_tokens\""), "{message}");
+    }
+    let Outcome::Error { message, .. } = &huge else {
+        panic!("{huge:?}");
+    };
+    assert!(message.contains("can never fit"), "{message}");
+    assert_eq!(sim.count(), 0);
+    // A fixed cost too large for the unit is refused at load.
+    let config = GateConfig::default().credential("key", tokens(None)).tool(
+        "chat",
+        ToolConfig::write("key").cost("tokens", Cost::Fixed(500)),
+    );
+    assert_eq!(
+        config.validate().unwrap_err().field,
+        "tools.chat.cost.tokens"
+    );
+}
+
+/// The true-up: estimated 60 tokens, the answer says 10, so the 50 left
+/// over are given back at the call's start and the next call fits at
+/// once; an over-spend (90 for an estimate of 30) is charged there, and
+/// the next call waits for it to leave the window.
+#[tokio::test(start_paused = true)]
+async fn settle_refunds_and_charges_at_the_start() {
+    let sim = Sim::new(|_, request| {
+        let used = request.payload["used"].as_u64().unwrap();
+        Reply {
+            body: json!({"usage": {"total_tokens": used}}).to_string(),
+            ..Reply::ok(0)
+        }
+    });
+    let tool = chat().settle("tokens", Settle::Pointer("/usage/total_tokens".into()));
+    let gate = gate_of(tokens(None), &[("chat", tool)], &sim);
+    let turn = gate.turn();
+    let spend =
+        |estimate: u64, used: u64| Call::new("chat", json!({"max_tokens": estimate, "used": used}));
+    // Refund: 60 estimated, 10 used; without the true-up 60 more would not fit.
+    assert!(turn.call(spend(60, 10)).await.is_ok());
+    assert!(turn.call(spend(60, 60)).await.is_ok());
+    assert_eq!(sim.starts_ms(), [0.0, 0.0]);
+    // 70 spent at 0: 30 estimated and 90 used go through now (the window
+    // holds 100: 70 + 30), then the over-spend puts 130 at 0 ...
+    assert!(turn.call(spend(30, 90)).await.is_ok());
+    // ... so even 1 more must wait for the second to pass.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let next = gate.turn().call(spend(1, 1)).await;
+    assert!(next.is_ok(), "{next:?}");
+    assert_eq!(sim.starts_ms(), [0.0, 0.0, 0.0, 1_000.0]);
+}
+
+/// The true-up on a token bucket (GCRA, `burst` set): the refund moves
+/// the bucket back, the over-spend forward, both from the call's start.
+#[tokio::test(start_paused = true)]
+async fn settle_refunds_and_charges_on_a_bucket() {
+    let sim = Sim::new(|_, request| {
+        let used = request.payload["used"].as_u64().unwrap();
+        Reply {
+            body: json!({"usage": {"total_tokens": used}}).to_string(),
+            ..Reply::ok(0)
+        }
+    });
+    let tool = chat().settle("tokens", Settle::Pointer("/usage/total_tokens".into()));
+    let gate = gate_of(tokens(Some(100)), &[("chat", tool)], &sim);
+    let turn = gate.turn();
+    let spend =
+        |estimate: u64, used: u64| Call::new("chat", json!({"max_tokens": estimate, "used": used}));
+    // 100 a second, 100 at once: one unit per 10 ms. 60 charged, 10 used:
+    // the bucket is 100 ms deep, and 60 more fit at once (without the
+    // refund they would wait 200 ms).
+    assert!(turn.call(spend(60, 10)).await.is_ok());
+    assert!(turn.call(spend(60, 60)).await.is_ok());
+    // 30 more fit; 90 used puts the bucket 1.6 s deep, so one more
+    // unit waits until 1.6 s - 0.99 s.
+    assert!(turn.call(spend(30, 90)).await.is_ok());
+    assert!(gate.turn().call(spend(1, 1)).await.is_ok());
+    assert_eq!(sim.starts_ms(), [0.0, 0.0, 0.0, 610.0]);
+}
+
+/// A credential's new fields are checked where they are built, naming
+/// the field; a shared credential takes several windows, groups and units
+/// (the shared backend spends them all), and refuses the low share and a
+/// burst beside them, which have no shared side yet.
+#[test]
+fn budget_fields_name_their_field() {
+    let base = || CredentialConfig::with_rate(rate("10/1s"));
+    let cases = [
+        (
+            base().group("search", GroupConfig::default()),
+            "credentials.key.groups.search.rate",
+        ),
+        (
+            base().group(
+                "search",
+                GroupConfig::with_rate(rate("1/1s")).max_in_flight(0),
+            ),
+            "credentials.key.groups.search.max_in_flight",
+        ),
+        (
+            base().unit("tokens", UnitConfig::default()),
+            "credentials.key.units.tokens.rate",
+        ),
+        (base().low_share(0.0), "credentials.key.priorities.low"),
+    ];
+    for (credential, field) in cases {
+        let config = GateConfig::default().credential("key", credential);
+        assert_eq!(config.validate().unwrap_err().field, field);
+    }
+    let shared = base()
+        .window(rate("100/1h"))
+        .group("search", GroupConfig::with_rate(rate("1/1s")))
+        .unit("tokens", UnitConfig::with_rate(rate("500/1m")))
+        .low_share(0.5)
+        .burst(3)
+        .shared(true);
+    let config = GateConfig::default().credential("key", shared);
+    assert!(config.validate().is_ok());
+    let unknown = GateConfig::default()
+        .credential("key", base())
+        .tool("t", ToolConfig::read("key").group("nope"));
+    assert_eq!(unknown.validate().unwrap_err().field, "tools.t.group");
+}
+
+/// An unreadable settle value keeps the estimate.
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_settle_keeps_the_estimate() {
+    let sim = Sim::always_ok(0);
+    let tool = chat().settle("tokens", Settle::Header("x-usage".into()));
+    let gate = gate_of(tokens(None), &[("chat", tool)], &sim);
+    assert!(gate.turn().call(ask(1, 80)).await.is_ok());
+    assert!(gate.turn().call(ask(2, 80)).await.is_ok());
+    assert_eq!(sim.starts_ms(), [0.0, 1_000.0]);
+}
+
+/// A unit's server signal syncs it: OpenAI says no tokens remain for 3 s,
+/// so the next call waits for that, not for the window.
+#[tokio::test(start_paused = true)]
+async fn a_server_signal_in_a_unit_syncs_it() {
+    let sim = Sim::new(|_, _| {
+        Reply::ok(0)
+            .header("x-ratelimit-limit-tokens", "100")
+            .header("x-ratelimit-remaining-tokens", "0")
+            .header("x-ratelimit-reset-tokens", "1.5s")
+    });
+    let gate = gate_of(tokens(None), &[("chat", chat())], &sim);
+    assert!(gate.turn().call(ask(1, 10)).await.is_ok());
+    assert!(gate.turn().call(ask(2, 10)).await.is_ok());
+    assert_eq!(sim.starts_ms(), [0.0, 1_500.0]);
+    // No scope named `tokens` was made: it is the unit.
+    let status = gate.status();
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].units[0].unit, "tokens");
+}
+
+/// `priorities.low = "50%"`: low calls start at most half of every
+/// window; past that they are deferred with reason `priority` and an
+/// honest wait, while high calls still go through at once. On both cell
+/// types.
+#[tokio::test(start_paused = true)]
+async fn the_low_share_defers_low_calls_and_not_high_ones() {
+    for burst in [None, Some(10)] {
+        let sim = Sim::always_ok(0);
+        let mut credential = CredentialConfig::with_rate(rate("10/10s"))
+            .low_share(0.5)
+            .max_in_flight(20);
+        if let Some(burst) = burst {
+            credential = credential.burst(burst);
+        }
+        let tools = [
+            ("agent", ToolConfig::read("key").priority(Priority::Low)),
+            ("prod", ToolConfig::read("key")),
+        ];
+        // A short inline wait: the bucket's share refills one call per 2 s.
+        let defaults = Defaults {
+            inline_wait: Duration::from_millis(500),
+            ..exact()
+        };
+        let config = GateConfig::default()
+            .defaults(defaults)
+            .credential("key", credential)
+            .tool("agent", tools[0].1.clone())
+            .tool("prod", tools[1].1.clone());
+        let gate = build_gate(config, &sim);
+        let low = gate.turn().run((0..8).map(|i| call("agent", i))).await;
+        let high = gate
+            .turn()
+            .run((0..5).map(|i| call("prod", 100 + i).priority(Priority::High)))
+            .await;
+        assert!(high.iter().all(Outcome::is_ok), "{burst:?}: {high:?}");
+        let records = sim.records();
+        let agent = records.iter().filter(|r| r.tool == "agent").count();
+        assert_eq!(agent, 5, "{burst:?}: half of the window");
+        assert!(max_in_window(&sim.starts_ms(), 10_000.0) <= 10, "{burst:?}");
+        let deferred: Vec<_> = low.iter().filter_map(window_of).collect();
+        assert_eq!(deferred.len(), 3, "{burst:?}: {low:?}");
+        assert!(
+            deferred
+                .iter()
+                .all(|(_, reason, _)| *reason == Reason::Priority)
+        );
+        // Honest: the wait given is when a low call may start again.
+        let Outcome::RateLimited { retry_after_ms, .. } = &low[5] else {
+            panic!("{:?}", low[5]);
+        };
+        tokio::time::sleep(Duration::from_millis(*retry_after_ms)).await;
+        assert!(
+            gate.turn().call(call("agent", 50)).await.is_ok(),
+            "{burst:?}"
+        );
+    }
+}
+
+/// Waiting callers are served highest priority first: with one request
+/// in flight at a time, high calls queued after low ones start first.
+#[tokio::test(start_paused = true)]
+async fn waiting_callers_are_served_by_priority() {
+    let sim = Sim::always_ok(100);
+    let credential = CredentialConfig::with_rate(rate("100/1s"))
+        .max_in_flight(1)
+        .queue(20);
+    let tools = [("read", ToolConfig::write("key"))];
+    let gate = gate_of(credential, &tools, &sim);
+    let turn = gate.turn();
+    let mut calls = vec![call("read", 0)];
+    calls.extend((1..4).map(|i| call("read", i).priority(Priority::Low)));
+    calls.extend((4..7).map(|i| call("read", i).priority(Priority::High)));
+    let outcomes = turn.run(calls).await;
+    assert!(outcomes.iter().all(Outcome::is_ok));
+    let order: Vec<u64> = sim
+        .records()
+        .iter()
+        .map(|r| r.args["n"].as_u64().unwrap())
+        .collect();
+    // Call 0 takes the permit; 1 is the head before the others arrive.
+    assert_eq!(order, [0, 1, 4, 5, 6, 2, 3]);
+}
+
+/// `/v1/status` material: every window and unit with used and remaining.
+#[tokio::test(start_paused = true)]
+async fn status_shows_every_window_and_unit() {
+    let sim = Sim::always_ok(0);
+    let credential = tokens(None).window(rate("500/1h"));
+    let gate = gate_of(credential, &[("chat", chat())], &sim);
+    assert!(gate.turn().call(ask(1, 40)).await.is_ok());
+    let status = gate.status();
+    let windows: Vec<(String, u64, u64)> = status[0]
+        .windows
+        .iter()
+        .map(|w| (w.window.clone(), w.used, w.remaining))
+        .collect();
+    assert_eq!(
+        windows,
+        [("50/1s".to_owned(), 1, 49), ("500/1h".to_owned(), 1, 499)]
+    );
+    let unit = &status[0].units[0];
+    assert_eq!((unit.windows[0].used, unit.windows[0].remaining), (40, 60));
+}

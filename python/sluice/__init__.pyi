@@ -1,0 +1,16 @@
+from ._errors import ConfigError as ConfigError
+from ._errors import Deferred as Deferred
+from ._errors import Error as Error
+from ._errors import InternalError as InternalError
+from ._errors import deferred_from as deferred_from
+from ._gate import Call as Call
+from ._gate import Gate as Gate
+from ._gate import Turn as Turn
+from ._gate import call as call
+from ._gate import current_turn as current_turn
+from ._httpx import HTTPTransport as HTTPTransport
+from ._httpx import SyncHTTPTransport as SyncHTTPTransport
+from ._sluice import Outcome as Outcome
+
+__version__: str
+__all__: list[str]
