@@ -129,6 +129,9 @@ pub struct Driven {
     pub calls: usize,
 }
 
+/// Each driven call's deadline.
+pub const DEADLINE: Duration = Duration::from_secs(3);
+
 /// Drives `gate` hard from `workers` concurrent loops until `until`, each
 /// issuing distinct calls back to back; a deferred call backs off for its
 /// `retry_after_ms` (at most `max_backoff`), as an agent would.
@@ -153,7 +156,7 @@ pub async fn drive(
                     "search",
                     serde_json::json!({ "q": format!("{name}-{w}-{i}") }),
                 )
-                .deadline(Duration::from_secs(3));
+                .deadline(DEADLINE);
                 let started = tokio::time::Instant::now();
                 let outcome = gate.call(call).await;
                 seen.slowest = seen.slowest.max(started.elapsed());
