@@ -342,6 +342,57 @@ async fn settle_refunds_and_charges_at_the_start() {
     assert_eq!(sim.starts_ms(), [0.0, 0.0, 0.0, 1_000.0]);
 }
 
+/// Room a settled call leaves in front of a start reserved ahead goes to
+/// the next call that fits it, and the reservation keeps its place: A
+/// (60, uses 10) starts at 0, B (60) must wait for A's estimate to leave
+/// the window at 1 s; once A settles, C (30) fits at 200 ms, before B.
+#[tokio::test(start_paused = true)]
+async fn room_a_true_up_leaves_goes_to_the_next_call_and_no_reservation_moves() {
+    let sim = Sim::new(|_, request| {
+        let used = request.payload["used"].as_u64().unwrap();
+        Reply {
+            body: json!({"usage": {"total_tokens": used}}).to_string(),
+            ..Reply::ok(100)
+        }
+    });
+    let tool = chat().settle("tokens", Settle::Pointer("/usage/total_tokens".into()));
+    let gate = std::sync::Arc::new(gate_of(tokens(None), &[("chat", tool)], &sim));
+    let spend = |name: &str, estimate: u64, used: u64| {
+        Call::new(
+            "chat",
+            json!({"name": name, "max_tokens": estimate, "used": used}),
+        )
+    };
+    let a = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.turn().call(spend("a", 60, 10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let b = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.turn().call(spend("b", 60, 60)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(199)).await;
+    let c = gate.turn().call(spend("c", 30, 30)).await;
+    assert!(c.is_ok(), "{c:?}");
+    assert!(a.await.unwrap().is_ok());
+    assert!(b.await.unwrap().is_ok());
+    let mut starts: Vec<(String, f64)> = sim
+        .records()
+        .iter()
+        .map(|r| (r.args["name"].as_str().unwrap().to_owned(), r.t_ms))
+        .collect();
+    starts.sort_by(|x, y| x.1.total_cmp(&y.1));
+    assert_eq!(
+        starts,
+        [
+            ("a".to_owned(), 0.0),
+            ("c".to_owned(), 200.0),
+            ("b".to_owned(), 1_000.0)
+        ]
+    );
+}
+
 /// The true-up on a token bucket (GCRA, `burst` set): the refund moves
 /// the bucket back, the over-spend forward, both from the call's start.
 #[tokio::test(start_paused = true)]

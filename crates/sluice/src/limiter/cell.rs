@@ -31,6 +31,16 @@ impl Algorithm {
         }
     }
 
+    /// A bucket has no room behind its latest start: only a window can
+    /// take a start in front of reservations already made.
+    fn fits_at(&mut self, now: Micros, at: Micros, amount: u64) -> bool {
+        match self {
+            Algorithm::Unlimited => true,
+            Algorithm::Window(window) => window.fits_at(now, at, amount),
+            Algorithm::Gcra(gcra) => gcra.earliest_for(now, at, amount) <= at,
+        }
+    }
+
     fn charge(&mut self, at: Micros, amount: u64) -> Option<GcraUndo> {
         match self {
             Algorithm::Unlimited => None,
@@ -285,6 +295,22 @@ impl LimiterCell {
             }
         }
         (at, binding)
+    }
+
+    /// True when a start spending `amount` at `at` (not before `now`) is
+    /// allowed by the server's word and keeps every window's promise,
+    /// in front of reservations already made if there is room there.
+    pub fn fits_at(&mut self, now: Micros, at: Micros, amount: u64) -> bool {
+        self.expire(now);
+        let server_allows = match self.server {
+            Some(budget) => budget.remaining >= amount.max(1) || at >= budget.reset_at,
+            None => true,
+        };
+        server_allows
+            && at >= self.penalty_until
+            && std::iter::once(&mut self.algorithm)
+                .chain(&mut self.extra)
+                .all(|window| window.fits_at(now, at, amount))
     }
 
     /// Reserves the earliest start at or after `max(now, not_before)` if it is

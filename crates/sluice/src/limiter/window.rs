@@ -7,10 +7,12 @@ use crate::Rate;
 
 /// A log of recent (and reserved future) starts, each with what it spent.
 ///
-/// A start at `t` occupies every window `(t' - W, t']` with `t' >= t`. A new
-/// start is only ever appended at or after the latest logged one, so the
-/// binding window is the one ending at the new start: it may begin only once
-/// enough of the oldest spending has left it for its own to fit. A request
+/// A start at `t` occupies every window `(t' - W, t']` with `t' >= t`.
+/// [`SlidingWindow::earliest_for`] places a new start at or after the latest
+/// logged one, so the binding window is the one ending at the new start: it
+/// may begin only once enough of the oldest spending has left it for its
+/// own to fit. [`SlidingWindow::fits_at`] checks a start before reservations
+/// already made, in every window it would share with them. A request
 /// spends 1; a call in a unit spends its cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingWindow {
@@ -74,7 +76,54 @@ impl SlidingWindow {
         at
     }
 
-    /// Records a start at `at`, which must be `>= earliest(now)`.
+    /// True when a start spending `amount` at `at` (not before `now`)
+    /// keeps the promise in every window that would hold it, also those
+    /// holding starts reserved after `at`. [`SlidingWindow::earliest_for`]
+    /// never places a start before the latest one logged; this finds the
+    /// room that reservations further ahead left behind them (a refund, a
+    /// true-up below the estimate) without moving any of them.
+    pub fn fits_at(&mut self, now: Micros, at: Micros, amount: u64) -> bool {
+        self.prune(now);
+        if amount > self.count {
+            return false;
+        }
+        let limit = self.count - amount;
+        if self.logged <= limit {
+            return true;
+        }
+        // What a window holds only grows at a logged start, so the windows
+        // to check are those ending at `at` and at each start after it
+        // within one window length. Both ends move forward: one pass.
+        let starts = &self.starts;
+        let until = at.saturating_add(self.window);
+        let ends = std::iter::once(at).chain(
+            starts
+                .iter()
+                .map(|&(start, _)| start)
+                .filter(|&start| start > at && start < until),
+        );
+        let (mut oldest, mut newest, mut held) = (0, 0, 0u64);
+        for end in ends {
+            while let Some(&(_, spent)) = starts.get(newest).filter(|&&(start, _)| start <= end) {
+                held = held.saturating_add(spent);
+                newest += 1;
+            }
+            while let Some(&(_, spent)) = starts
+                .get(oldest)
+                .filter(|&&(start, _)| oldest < newest && start.saturating_add(self.window) <= end)
+            {
+                held = held.saturating_sub(spent);
+                oldest += 1;
+            }
+            if held > limit {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Records a start at `at`, which must be `>= earliest(now)` or pass
+    /// [`SlidingWindow::fits_at`].
     pub fn charge(&mut self, at: Micros) {
         self.charge_n(at, 1);
     }
@@ -292,6 +341,89 @@ mod tests {
         w.add_at(0, 70);
         assert_eq!(w.used(0), 90);
         assert_eq!(w.earliest_for(10, 0, 20), 1_000_000);
+    }
+
+    #[test]
+    fn room_left_in_front_of_a_reservation_is_found_without_moving_it() {
+        let mut w = window("100/1s");
+        // 60 spent at 0 and 40 reserved at 500 ms: full until 1 s.
+        w.charge_n(0, 60);
+        w.charge_n(500_000, 40);
+        // The one at 0 settles at 20: 40 free in every window holding it.
+        assert!(w.refund_n(0, 40));
+        // Appending waits behind the reservation; 40 fit at once before it.
+        assert_eq!(w.earliest_for(100_000, 0, 40), 500_000);
+        assert!(w.fits_at(100_000, 100_000, 40));
+        // 41 would break the window ending at 500 ms.
+        assert!(!w.fits_at(100_000, 100_000, 41));
+        w.charge_n(100_000, 40);
+        assert_eq!(w.used(500_000), 100);
+        // The reservation kept its place; nothing else fits before 1 s.
+        assert!(!w.fits_at(100_000, 300_000, 1));
+        assert_eq!(w.earliest_for(100_000, 0, 20), 1_000_000);
+    }
+
+    /// Every window ending at a logged start holds at most the count.
+    fn holds_everywhere(w: &SlidingWindow) -> bool {
+        w.starts.iter().all(|&(end, _)| {
+            let held: u64 = w
+                .starts
+                .iter()
+                .filter(|&&(start, _)| start <= end && start + w.window > end)
+                .map(|&(_, spent)| spent)
+                .sum();
+            held <= w.count
+        })
+    }
+
+    #[test]
+    fn starts_placed_in_the_room_found_keep_every_window() {
+        let mut w = window("20/1s");
+        let mut seed = 0x51u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut now: Micros = 0;
+        let mut charged: Vec<(Micros, u64)> = vec![];
+        let mut found = 0;
+        for _ in 0..10_000 {
+            now += next() % 60_000;
+            let amount = 1 + next() % 6;
+            match next() % 5 {
+                0 | 1 => {
+                    // Reservations up to a second ahead, as a wait allows.
+                    let at = w.earliest_for(now, 0, amount);
+                    if at <= now + 1_000_000 {
+                        w.charge_n(at, amount);
+                        charged.push((at, amount));
+                    }
+                }
+                2 => {
+                    let at = now + next() % 400_000;
+                    let fits = w.fits_at(now, at, amount);
+                    // The check agrees with trying it.
+                    let mut tried = w.clone();
+                    tried.charge_n(at, amount);
+                    assert_eq!(fits, holds_everywhere(&tried), "{amount} at {at}");
+                    if fits {
+                        found += 1;
+                        w = tried;
+                        charged.push((at, amount));
+                    }
+                }
+                3 if !charged.is_empty() => {
+                    let (at, amount) =
+                        charged.swap_remove((next() % charged.len() as u64) as usize);
+                    w.refund_n(at, amount);
+                }
+                _ => {}
+            }
+            assert!(holds_everywhere(&w));
+        }
+        assert!(found > 100, "{found}");
     }
 
     #[test]

@@ -254,6 +254,16 @@ impl Budgets {
                 consider(cell.earliest_for(now, not_before, cost), &name, true);
             }
         }
+        // Room may be left in front of the starts reserved ahead (their
+        // estimates settled lower, or a call gave its slot back): a call
+        // that fits there in every budget it touches starts as asked, and
+        // no reservation moves (docs/configuration.md, priorities).
+        let asked = not_before.max(now);
+        if at > asked && self.fit_at(requests, now, asked, low, &costs) {
+            at = asked;
+            label = None;
+            by_share = false;
+        }
         if at.saturating_sub(now) > max_wait {
             return Err(Deferred {
                 until: at,
@@ -280,6 +290,37 @@ impl Budgets {
                 .collect(),
         };
         Ok(ticket)
+    }
+
+    /// True when a start at `at` fits the request cell and every budget
+    /// the call's `costs` (and a low priority) touch.
+    fn fit_at(
+        &mut self,
+        requests: &mut LimiterCell,
+        now: Micros,
+        at: Micros,
+        low: bool,
+        costs: &[(usize, u64)],
+    ) -> bool {
+        if !requests.fits_at(now, at, 1) {
+            return false;
+        }
+        if low
+            && let Some(cell) = &mut self.low
+            && !cell.fits_at(now, at, 1)
+        {
+            return false;
+        }
+        costs.iter().all(|&(index, cost)| {
+            self.units.get_mut(index).is_none_or(|unit| {
+                unit.cell.fits_at(now, at, cost)
+                    && (!low
+                        || unit
+                            .low
+                            .as_mut()
+                            .is_none_or(|cell| cell.fits_at(now, at, cost)))
+            })
+        })
     }
 
     /// Gives back everything `ticket` holds but its requests.
