@@ -436,10 +436,7 @@ fn parse_reserved(value: Value, first: &str) -> Result<Reserved, Error> {
                 let undo = text_of(undo)?;
                 let undo = if undo.is_empty() {
                     Undo::Nothing
-                } else if let Some((before, after)) = undo
-                    .split_once(':')
-                    .filter(|_| undo.bytes().all(|b| b.is_ascii_digit() || b == b':'))
-                {
+                } else if let Some((before, after)) = gcra_undo(&undo) {
                     Undo::Gcra {
                         before: parse_micros(before)?,
                         after: parse_micros(after)?,
@@ -478,6 +475,18 @@ fn parse_reserved(value: Value, first: &str) -> Result<Reserved, Error> {
         }
         other => Err(Error::Reply(format!("unknown answer {other}"))),
     }
+}
+
+/// A bucket's undo record, `before:after` in microseconds. A window's is
+/// its log member, `{process}:{call}:{slot}`: two colons, so that a process
+/// id that happens to be all decimal digits (one in about 1,800 of the
+/// random 16-hex-digit ids) is not read as a bucket's. Before, such a
+/// process failed every reservation with a reply error and decided
+/// everything in fallback.
+fn gcra_undo(undo: &str) -> Option<(&str, &str)> {
+    let (before, after) = undo.split_once(':')?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    (digits(before) && digits(after)).then_some((before, after))
 }
 
 fn pairs(value: &Value) -> Result<Vec<(String, Micros)>, Error> {
@@ -542,6 +551,41 @@ mod tests {
         }
         assert_eq!(SlotToken::decode("f|3"), None);
         assert_eq!(SlotToken::decode("r|s|x|w|m"), None);
+    }
+
+    #[test]
+    fn a_window_member_is_never_read_as_a_bucket_undo() {
+        let reply = |undo: &str| {
+            Value::Array(vec![
+                Value::Int(1),
+                Value::Int(2),
+                Value::Array(vec![]),
+                Value::Array(vec![]),
+                Value::Int(0),
+                Value::Array(vec![
+                    Value::Int(5),
+                    Value::BulkString(undo.as_bytes().to_vec()),
+                ]),
+            ])
+        };
+        let undo_of = |undo: &str| match parse_reserved(reply(undo), "api_key") {
+            Ok(Reserved::Granted { slots, .. }) => slots[0].token.undo.clone(),
+            other => panic!("{other:?}"),
+        };
+        // A process id of decimal digits only: still a window member.
+        assert_eq!(
+            undo_of("1234567890123456:8:1"),
+            Undo::Window("1234567890123456:8:1".into())
+        );
+        assert_eq!(undo_of("ab12:8:1"), Undo::Window("ab12:8:1".into()));
+        assert_eq!(
+            undo_of("100:250"),
+            Undo::Gcra {
+                before: 100,
+                after: 250
+            }
+        );
+        assert_eq!(undo_of(""), Undo::Nothing);
     }
 
     #[test]
