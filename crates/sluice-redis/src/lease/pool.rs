@@ -3,6 +3,7 @@
 //! Pure state with `now` passed in; the scheme is described on the `lease` module.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use sluice::shared::SharedLimit;
 use tokio::time::Instant;
@@ -45,6 +46,11 @@ pub(crate) struct Pool {
     pub(crate) epoch: u64,
     /// Whether the last one failed.
     pub(crate) last_failed: bool,
+    /// Every pooled slot of the last lease went to a caller, none went
+    /// stale: demand kept up with the lease.
+    drained: bool,
+    /// When the last reservation was asked for.
+    last_ask: Option<Instant>,
     pub(crate) leased: u64,
     pub(crate) returned: u64,
 }
@@ -59,6 +65,8 @@ impl Default for Pool {
             waiters: 0,
             epoch: 0,
             last_failed: false,
+            drained: false,
+            last_ask: None,
             leased: 0,
             returned: 0,
         }
@@ -115,7 +123,11 @@ impl Pool {
             let starts = slot.at.max(now);
             starts >= from && slot.at <= to && slot.at + LATE_START >= now
         })?;
-        self.slots.remove(index)
+        let slot = self.slots.remove(index);
+        if self.slots.is_empty() {
+            self.drained = true;
+        }
+        slot
     }
 
     /// Removes slots whose time passed unused (by more than [`LATE_START`]);
@@ -132,6 +144,7 @@ impl Pool {
             }
         }
         if !stale.is_empty() {
+            self.drained = false;
             self.size = (self.size / 2).max(1);
             self.returned += stale.len() as u64;
         }
@@ -143,12 +156,23 @@ impl Pool {
         self.slots.drain(..).map(|slot| slot.token).collect()
     }
 
-    /// How many slots the next reservation asks for. Callers queued behind
-    /// the last one mean demand outran the lease: it doubles.
-    pub(crate) fn want(&mut self, cap: u32) -> u32 {
-        if self.waiters > 0 {
+    /// How many slots the next reservation, asked for at `now`, takes.
+    /// Demand outran the lease, and it doubles, when callers queued behind
+    /// the last one, when callers used up every pooled slot of the last
+    /// one, or when this ask comes less than `pace` (the limit's interval,
+    /// `W / N`) after the last: callers asking faster than the limit
+    /// admits. (Queued callers alone rarely show it on a fast link: the
+    /// answer is back before the next caller comes, so at three times the
+    /// limit the lease stayed at one slot, a round trip per call.)
+    pub(crate) fn want(&mut self, cap: u32, now: Instant, pace: Duration) -> u32 {
+        let fast = self
+            .last_ask
+            .is_some_and(|last| now.saturating_duration_since(last) < pace);
+        if self.waiters > 0 || self.drained || fast {
             self.size = self.size.saturating_mul(2);
         }
+        self.drained = false;
+        self.last_ask = Some(now);
         self.size = self.size.clamp(1, cap.max(1));
         self.size.max((self.waiters + 1).min(cap.max(1)))
     }
@@ -167,7 +191,6 @@ impl Pool {
 mod tests {
     use super::*;
     use crate::store::Undo;
-    use std::time::Duration;
 
     fn slot(at: Instant, n: u64) -> Pooled {
         Pooled {
@@ -239,20 +262,51 @@ mod tests {
     fn demand_grows_the_lease_and_stale_slots_shrink_it() {
         let t0 = Instant::now();
         let ms = Duration::from_millis(1);
+        // Asks a second apart, the limit's pace 20 ms: only queued
+        // callers and stale slots move the size.
+        let sec = Duration::from_secs(1);
+        let pace = 20 * ms;
         let mut pool = Pool::default();
-        assert_eq!(pool.want(8), 1);
+        assert_eq!(pool.want(8, t0, pace), 1);
         pool.waiters = 3;
-        assert_eq!(pool.want(8), 4);
+        assert_eq!(pool.want(8, t0 + sec, pace), 4);
         assert_eq!(pool.size(), 2);
-        assert_eq!(pool.want(8), 4);
-        assert_eq!(pool.want(8), 8);
-        assert_eq!(pool.want(8), 8);
+        assert_eq!(pool.want(8, t0 + 2 * sec, pace), 4);
+        assert_eq!(pool.want(8, t0 + 3 * sec, pace), 8);
+        assert_eq!(pool.want(8, t0 + 4 * sec, pace), 8);
         pool.waiters = 0;
         pool.fill([slot(t0, 1), slot(t0 + 10 * ms, 2)]);
         assert_eq!(pool.sweep(t0 + 2 * ms).len(), 0);
         assert_eq!(pool.sweep(t0 + 5 * ms).len(), 1);
         assert_eq!(pool.size(), 4);
-        assert_eq!(pool.want(2), 2);
+        assert_eq!(pool.want(2, t0 + 5 * sec, pace), 2);
+    }
+
+    #[test]
+    fn callers_outrunning_the_limit_grow_the_lease() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let pace = 20 * ms;
+        let mut pool = Pool::default();
+        // Slower than the limit's pace: leases of one, a round trip a call.
+        assert_eq!(pool.want(8, t0, pace), 1);
+        assert_eq!(pool.want(8, t0 + 30 * ms, pace), 1);
+        // Faster: each ask doubles it, up to the cap.
+        assert_eq!(pool.want(8, t0 + 35 * ms, pace), 2);
+        assert_eq!(pool.want(8, t0 + 40 * ms, pace), 4);
+        // Every pooled slot taken, none stale: it grows even after a pause.
+        pool.fill([slot(t0 + 60 * ms, 1), slot(t0 + 80 * ms, 2)]);
+        assert!(pool.take(t0, t0 + sec(1), t0 + 60 * ms).is_some());
+        assert!(pool.take(t0, t0 + sec(1), t0 + 80 * ms).is_some());
+        assert_eq!(pool.want(16, t0 + sec(1), pace), 8);
+        // A stale slot halves it, and the pause leaves it there.
+        pool.fill([slot(t0 + sec(1) + 30 * ms, 3)]);
+        assert_eq!(pool.sweep(t0 + sec(2)).len(), 1);
+        assert_eq!(pool.want(16, t0 + sec(3), pace), 4);
+    }
+
+    fn sec(n: u64) -> Duration {
+        Duration::from_secs(n)
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sluice::limiter::micros;
-use sluice::shared::{Decision, Hold, ReserveRequest};
+use sluice::shared::{Decision, Hold, ReserveRequest, SharedLimit};
 use tokio::time::Instant;
 
 use super::pool::{PoolKey, Pooled, fair_cap};
@@ -124,7 +124,7 @@ impl Leases {
                         let want = if leases {
                             let cap = fair_cap(request.limit, state.processes, self.max_lease);
                             state.pool.fetching += 1;
-                            state.pool.want(cap)
+                            state.pool.want(cap, now, pace(request.limit))
                         } else {
                             1
                         };
@@ -239,7 +239,7 @@ impl Leases {
             not_before: micros(since(not_before, sent)),
             max_wait,
             slots: want,
-            horizon: max_wait,
+            horizon: max_wait.max(micros(lease_horizon(request.limit, want))),
             immediate,
             lead: micros(LEAD),
             process: Some(&self.process),
@@ -305,6 +305,27 @@ impl Leases {
         cred.reserved.notify_waiters();
         outcome
     }
+}
+
+/// How far ahead a lease of `want` slots may reach beyond its caller's
+/// own wait: twice the time the limit takes to admit them, at most one
+/// window. The caller's wait alone held a lease at three times the limit
+/// to the one or two slots freed within it, a round trip per call; slots
+/// further ahead wait in the pool for the callers that come meanwhile.
+fn lease_horizon(limit: Option<SharedLimit>, want: u32) -> Duration {
+    match limit {
+        Some(limit) if want > 1 => {
+            (pace(Some(limit)) * want.saturating_mul(2)).min(limit.rate.window())
+        }
+        _ => Duration::ZERO,
+    }
+}
+
+/// The limit's interval between starts (`W / N`); zero without a limit.
+fn pace(limit: Option<SharedLimit>) -> Duration {
+    limit.map_or(Duration::ZERO, |limit| {
+        limit.rate.window() / limit.rate.count().get()
+    })
 }
 
 /// Sleeps until `at`, watching for holds; false when one voids the slot
