@@ -39,6 +39,19 @@ pub(crate) struct Spends {
     heartbeat: u64,
     next: AtomicU64,
     held: Mutex<HashMap<String, Held>>,
+    /// Denials Redis gave moments ago: nothing spending at least `cost` in
+    /// the budget starts before `until`. A call that cannot wait that long
+    /// is told so without a round trip (as leases do for one window).
+    busy: Mutex<Vec<Busy>>,
+}
+
+/// One remembered denial.
+#[derive(Debug, Clone)]
+struct Busy {
+    credential: String,
+    budget: String,
+    cost: u64,
+    until: Instant,
 }
 
 struct Held {
@@ -98,7 +111,58 @@ impl Spends {
             heartbeat: micros(heartbeat),
             next: AtomicU64::new(0),
             held: Mutex::new(HashMap::new()),
+            busy: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A remembered denial that outlasts `latest` for one of `budgets`:
+    /// the window's position in the request and the start it allows.
+    fn known_busy(
+        &self,
+        credential: &str,
+        budgets: &[Budget],
+        now: Instant,
+        latest: Instant,
+    ) -> Option<(usize, Instant)> {
+        let mut busy = self.busy.lock();
+        busy.retain(|b| b.until > now);
+        budgets.iter().enumerate().find_map(|(index, budget)| {
+            busy.iter()
+                .find(|b| {
+                    b.credential == credential
+                        && b.budget == budget.name
+                        && b.cost <= budget.cost
+                        && b.until > latest
+                })
+                .map(|b| (index, b.until))
+        })
+    }
+
+    /// Remembers Redis's denial on `budget`: nothing spending `cost` there before `until`.
+    fn remember_busy(&self, credential: &str, budget: &Budget, until: Instant) {
+        let mut busy = self.busy.lock();
+        busy.retain(|b| !(b.credential == credential && b.budget == budget.name));
+        busy.push(Busy {
+            credential: credential.to_owned(),
+            budget: budget.name.clone(),
+            cost: budget.cost,
+            until,
+        });
+    }
+
+    /// Room was given back on `credential` (a refund, a settle below the
+    /// estimate): what was remembered may start earlier now.
+    fn forget_busy(&self, credential: &str) {
+        self.busy.lock().retain(|b| b.credential != credential);
+    }
+
+    /// The window index of the request that `budget` (a budget index) is,
+    /// as a scope index for the denial.
+    fn scope_index(request: &ReserveRequest<'_>, budget: usize) -> usize {
+        let scope = request.windows.get(budget).map(|w| w.scope.as_str());
+        scope
+            .and_then(|scope| request.scopes.iter().position(|s| *s == scope))
+            .unwrap_or(0)
     }
 
     /// Charges every window of `request` at one start between `not_before`
@@ -111,7 +175,15 @@ impl Spends {
         max_wait: Duration,
     ) -> Asked {
         let budgets = budgets(request.windows);
-        if let Permit::Refuse = runner.permit(Instant::now(), Duration::from_secs(1)) {
+        let now = Instant::now();
+        if let Some((budget, until)) =
+            self.known_busy(request.credential, &budgets, now, now + max_wait)
+        {
+            let index = Self::scope_index(request, budget);
+            let wait = until.saturating_duration_since(now);
+            return Asked::Decided(denied(request, index, wait, Hold::Rate), 0);
+        }
+        if let Permit::Refuse = runner.permit(now, Duration::from_secs(1)) {
             return Asked::Fallback("circuit breaker open".into());
         }
         let member = format!(
@@ -169,11 +241,14 @@ impl Spends {
                 processes,
                 ..
             }) => {
-                let scope = request.windows.get(budget).map(|w| w.scope.as_str());
-                let index = scope
-                    .and_then(|scope| request.scopes.iter().position(|s| *s == scope))
-                    .unwrap_or(0);
+                let index = Self::scope_index(request, budget);
                 let wait = Duration::from_micros(wait);
+                // Only a denial from now says nothing fits before its wait.
+                if not_before.is_zero()
+                    && let Some(denying) = budgets.get(budget)
+                {
+                    self.remember_busy(request.credential, denying, Instant::now() + wait);
+                }
                 Asked::Decided(denied(request, index, wait, Hold::Rate), processes)
             }
             // A cost that can never fit is refused before Redis is asked;
@@ -210,6 +285,7 @@ impl Spends {
         let Some(held) = self.held.lock().remove(member) else {
             return;
         };
+        self.forget_busy(&held.credential);
         let (this, runner, member) = (self.clone(), runner.clone(), member.to_owned());
         spawn(async move {
             let keys = runner.store().keys(&held.credential);
@@ -267,6 +343,9 @@ impl Spends {
         };
         if budgets.is_empty() {
             return;
+        }
+        if actual < estimate {
+            self.forget_busy(&credential);
         }
         let (this, runner, member) = (self.clone(), runner.clone(), member.to_owned());
         spawn(async move {

@@ -252,3 +252,61 @@ async fn a_burst_beside_a_window_is_one_bucket_over_both_gates() {
         "the bucket, not the test, set the pace: {starts:?}"
     );
 }
+
+/// A denial from Redis on a budget is remembered: a call that could not
+/// wait until then is denied without a round trip; a call that can wait
+/// longer, or one spending less in that budget, still asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_is_remembered_for_the_calls_that_cannot_outwait_it() {
+    use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedWindow};
+    let server = RedisServer::start();
+    let budget = RedisBudget::connect(redis_config(&server.url()))
+        .await
+        .unwrap();
+    let window = |unit: Option<&str>, rate: &str, cost: u64| SharedWindow {
+        scope: "api_key".into(),
+        unit: unit.map(str::to_owned),
+        index: 0,
+        rate: rate.parse().unwrap(),
+        cost,
+        low: false,
+        burst: None,
+    };
+    let tokens = |cost| {
+        [
+            window(None, "100/1s", 1),
+            window(Some("tokens"), "10/1s", cost),
+        ]
+    };
+    let ask = |windows: &[SharedWindow], max_wait: Duration| {
+        let windows = windows.to_vec();
+        let budget = &budget;
+        async move {
+            budget
+                .reserve(ReserveRequest {
+                    credential: "key",
+                    scopes: &["api_key"],
+                    limit: None,
+                    windows: &windows,
+                    not_before: Duration::ZERO,
+                    max_wait,
+                })
+                .await
+        }
+    };
+    let granted = |d: &Decision| matches!(d, Decision::Granted { .. });
+    assert!(granted(&ask(&tokens(8), Duration::ZERO).await));
+    // 8 of 10 tokens spent: 6 more are denied by Redis ...
+    let before = server.round_trips();
+    assert!(!granted(&ask(&tokens(6), Duration::ZERO).await));
+    assert_eq!(server.round_trips(), before + 1);
+    // ... and then 6 or more without asking, for a caller that cannot wait.
+    let before = server.round_trips();
+    assert!(!granted(&ask(&tokens(6), Duration::from_millis(100)).await));
+    assert!(!granted(&ask(&tokens(9), Duration::ZERO).await));
+    assert_eq!(server.round_trips(), before, "denied locally");
+    // Less than 6 may fit, and one that can wait past the denial asks.
+    assert!(granted(&ask(&tokens(2), Duration::ZERO).await));
+    assert!(granted(&ask(&tokens(6), Duration::from_secs(2)).await));
+    assert_eq!(server.round_trips(), before + 2);
+}
