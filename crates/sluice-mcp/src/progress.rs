@@ -10,7 +10,8 @@
 //! is not such an event: the watch itself notices a call that, [`MIN_WAIT`]
 //! after it entered the gate, is neither sent nor in a reported wait, and
 //! tells the client every [`EVERY`] while that lasts and calls are queued
-//! on its credential, with the queue's drain estimate from the gate's status.
+//! on its credential or its tool's group, with the longer of the two
+//! queues' drain estimates from the gate's status.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,8 +46,9 @@ pub(crate) struct Watch {
     state: Mutex<(u64, bool)>,
     /// Where the call is: set by the observer and the executor.
     phase: Mutex<Phase>,
-    /// The gate and credential whose queue the call may wait in.
-    queue: (Gate<ServerExecutor>, String),
+    /// The gate, the credential and the group (if the tool has one) whose
+    /// admission queues the call may wait in.
+    queue: (Gate<ServerExecutor>, String, Option<String>),
 }
 
 /// How far a watched call has come.
@@ -83,12 +85,14 @@ pub(crate) fn request_token(params: &RawValue) -> Option<&RawValue> {
 
 impl Watch {
     /// A watch for the call whose `params` are these, if it asked for
-    /// progress; the call spends `credential` on `gate` (whose queue it may wait in).
+    /// progress; the call spends `credential` (and its `group`) on `gate`,
+    /// whose queues it may wait in.
     pub(crate) fn of(
         params: &RawValue,
         to_agent: &Outbox,
         gate: &Gate<ServerExecutor>,
         credential: &str,
+        group: Option<&str>,
     ) -> Option<Arc<Watch>> {
         let token = request_token(params)?.get().to_owned();
         Some(Arc::new(Watch {
@@ -96,7 +100,11 @@ impl Watch {
             to_agent: to_agent.clone(),
             state: Mutex::new((0, true)),
             phase: Mutex::new(Phase::Entered),
-            queue: (gate.clone(), credential.to_owned()),
+            queue: (
+                gate.clone(),
+                credential.to_owned(),
+                group.map(str::to_owned),
+            ),
         }))
     }
 
@@ -122,14 +130,21 @@ impl Watch {
             if *self.phase.lock() != Phase::Entered {
                 return;
             }
-            let (gate, credential) = &self.queue;
+            let (gate, credential, group) = &self.queue;
+            // The group's queue comes first, then the credential's: the
+            // longer of the two is what is left.
             let estimate = gate
                 .status()
                 .iter()
-                .find(|s| s.credential == *credential && s.scope == sluice::signal::DEFAULT_SCOPE)
-                .and_then(status_wait);
-            // Nothing queued on the credential: the call is not in its queue
-            // (it may be joined to an identical read in flight); say nothing.
+                .filter(|s| {
+                    s.credential == *credential
+                        && (s.scope == sluice::signal::DEFAULT_SCOPE
+                            || group.as_deref() == Some(s.scope.as_str()))
+                })
+                .filter_map(status_wait)
+                .max();
+            // Nothing queued on the credential or the group: the call is not
+            // in a queue (it may be joined to an identical read in flight); say nothing.
             if let Some(wait) = estimate {
                 let ms = wait.as_millis();
                 if !self.send(format!(

@@ -260,6 +260,7 @@ impl Router {
             &self.to_agent,
             self.session_turn.gate(),
             &route.credential,
+            spend.as_ref().and_then(|spend| spend.group.as_deref()),
         );
         let mut call = Call::routed(
             tool,
