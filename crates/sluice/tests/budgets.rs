@@ -579,6 +579,71 @@ async fn waiting_callers_are_served_by_priority() {
     assert_eq!(order, [0, 1, 4, 5, 6, 2, 3]);
 }
 
+/// Callers waiting for a rate slot are served by priority too: at 1/1s,
+/// low calls B and C hold the slots at 1 s and 2 s; a high call H at
+/// 100 ms takes B's slot, and B and C, woken, reserve again behind it in
+/// their order. A normal call N at 200 ms outranks only the low ones. A
+/// bucket (`burst`) keeps arrival order, as a bucket cannot hand a slot
+/// over without losing it.
+#[tokio::test(start_paused = true)]
+async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
+    for burst in [None, Some(1)] {
+        let sim = Sim::always_ok(10);
+        let mut credential = CredentialConfig::with_rate(rate("1/1s")).max_in_flight(10);
+        if let Some(burst) = burst {
+            credential = credential.burst(burst);
+        }
+        let config = GateConfig::default()
+            .defaults(Defaults {
+                window_margin: Duration::ZERO,
+                inline_wait: Duration::from_secs(10),
+                ..Defaults::default()
+            })
+            .credential("key", credential)
+            .tool("read", ToolConfig::write("key"));
+        let gate = std::sync::Arc::new(build_gate(config, &sim));
+        let spawn = |n: usize, priority: Priority, after_ms: u64| {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                gate.turn().call(call("read", n).priority(priority)).await
+            })
+        };
+        let calls = [
+            spawn(0, Priority::Low, 0),
+            spawn(1, Priority::Low, 1),
+            spawn(2, Priority::Low, 2),
+            spawn(3, Priority::High, 100),
+            spawn(4, Priority::Normal, 200),
+        ];
+        for call in calls {
+            assert!(call.await.unwrap().is_ok(), "{burst:?}");
+        }
+        let starts: Vec<(u64, f64)> = sim
+            .records()
+            .iter()
+            .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
+            .collect();
+        let expected: &[(u64, f64)] = match burst {
+            None => &[
+                (0, 0.0),
+                (3, 1_000.0),
+                (4, 2_000.0),
+                (1, 3_000.0),
+                (2, 4_000.0),
+            ],
+            Some(_) => &[
+                (0, 0.0),
+                (1, 1_000.0),
+                (2, 2_000.0),
+                (3, 3_000.0),
+                (4, 4_000.0),
+            ],
+        };
+        assert_eq!(starts, expected, "{burst:?}");
+    }
+}
+
 /// `/v1/status` material: every window and unit with used and remaining.
 #[tokio::test(start_paused = true)]
 async fn status_shows_every_window_and_unit() {

@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 
 use crate::config::{Defaults, Limits};
 use crate::retry::RetryBudget;
+use crate::scope::Seats;
 
 /// A credential at run time.
 #[derive(Debug)]
@@ -16,10 +17,22 @@ pub(crate) struct Credential {
     pub(crate) retry: Mutex<RetryBudget>,
     /// Tool -> scopes the server reported on that tool's responses.
     pub(crate) bindings: Mutex<HashMap<Arc<str>, Vec<Arc<str>>>>,
+    /// Calls sleeping until their start slot, by priority.
+    pub(crate) seats: Seats,
+    /// Whether a call may take the slots of waiting calls it outranks:
+    /// enforced, not shared (a shared grant is Redis's, not ours to hand
+    /// over), and no bucket (a bucket gives a slot back only while nothing
+    /// was charged after it, so taking one could lose it for nothing).
+    pub(crate) outranks: bool,
 }
 
 impl Credential {
     pub(crate) fn new(name: Arc<str>, limits: Limits, defaults: &Defaults) -> Self {
+        let outranks = limits.enforce
+            && !limits.shared
+            && limits.burst.is_none()
+            && limits.groups.values().all(|group| group.burst.is_none())
+            && limits.units.iter().all(|unit| unit.burst.is_none());
         Credential {
             name,
             limits,
@@ -29,6 +42,8 @@ impl Credential {
                 defaults.retry_window,
             )),
             bindings: Mutex::new(HashMap::new()),
+            seats: Seats::default(),
+            outranks,
         }
     }
 }

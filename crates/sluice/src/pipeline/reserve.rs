@@ -14,6 +14,7 @@ use super::holds;
 use super::job::Job;
 use super::learn;
 use super::shadow::Recorder;
+use crate::config::Priority;
 use crate::engine::{Engine, TurnState};
 use crate::executor::Executor;
 use crate::limiter::{Micros, micros};
@@ -189,7 +190,7 @@ pub(super) async fn start<'a, E: Executor>(
         let local = reserve_all(scopes, now, now, max_wait, job)
             .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
         let start = local.start().unwrap_or(now);
-        let (local, start, shared) = match engine.shared_for(job.credential) {
+        let (mut local, mut start, shared) = match engine.shared_for(job.credential) {
             None => (local, start, None),
             Some(budget) => {
                 let (local, start, grant) =
@@ -200,6 +201,19 @@ pub(super) async fn start<'a, E: Executor>(
         // Only the shared budget awaits above.
         if shared.is_some() {
             (at, now) = engine.clock();
+        }
+        let seats = &job.credential.seats;
+        let priority = job.ask.priority;
+        let outranks = job.credential.outranks && shared.is_none();
+        // A call that would wait behind waiting calls it outranks takes
+        // their slots: its own goes back first (the latest), then theirs,
+        // and it reserves again at once, with no await in between.
+        if outranks && start > now && seats.outranks(priority, start) {
+            drop(local);
+            seats.outrank(priority, start);
+            local = reserve_all(scopes, now, now, max_wait, job)
+                .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
+            start = local.start().unwrap_or(now);
         }
         // Whether `at` went stale below.
         let mut waited = false;
@@ -215,7 +229,28 @@ pub(super) async fn start<'a, E: Executor>(
                 wait_ms = wait.as_millis() as u64,
                 "waiting inline for a start slot"
             );
-            tokio::time::sleep_until(engine.instant(start)).await;
+            let until = engine.instant(start);
+            if outranks && priority < Priority::High {
+                // Seated while it sleeps, so that a call it ranks below can take its slots.
+                let sitting = seats.sit(priority, start, std::mem::take(&mut local.held));
+                {
+                    let slept = std::pin::pin!(tokio::time::sleep_until(until));
+                    let taken = std::pin::pin!(sitting.seat().taken());
+                    futures_util::future::select(slept, taken).await;
+                }
+                match sitting.stand() {
+                    Some(held) => local.held = held,
+                    None => {
+                        // Outranked: reserve again, behind the call that took the slot.
+                        drop(local);
+                        drop(shared);
+                        (at, now) = engine.clock();
+                        continue;
+                    }
+                }
+            } else {
+                tokio::time::sleep_until(until).await;
+            }
             waited = true;
         }
         if local.is_current() {
