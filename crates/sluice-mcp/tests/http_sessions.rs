@@ -410,12 +410,11 @@ async fn progress_for_a_waiting_call_goes_on_its_own_post_stream() {
     assert!(!get_text.contains("notifications/progress"), "{get_text}");
 }
 
-#[tokio::test]
-async fn a_call_waiting_in_the_queue_hears_progress_until_it_is_sent() {
-    let server = listen(
-        "[credentials.api]\nrate = \"100/1s\"\nmax_in_flight = 1\nqueue = 4\nexpected_latency = \"2s\"",
-    )
-    .await;
+/// With `toml`'s limits holding one call at a time, a call queued behind
+/// a slow one hears "waiting in sluice's queue" progress, numbered from 1,
+/// at most one a second, until it is sent.
+async fn a_queued_call_hears_progress(toml: &str) {
+    let server = listen(toml).await;
     let (session, _) = open(&server).await;
     let first = {
         let (addr, session) = (server.addr.clone(), session.clone());
@@ -454,45 +453,24 @@ async fn a_call_waiting_in_the_queue_hears_progress_until_it_is_sent() {
     assert!(first.await.unwrap().2.contains("done"));
 }
 
+#[tokio::test]
+async fn a_call_waiting_in_the_queue_hears_progress_until_it_is_sent() {
+    a_queued_call_hears_progress(
+        "[credentials.api]\nrate = \"100/1s\"\nmax_in_flight = 1\nqueue = 4\nexpected_latency = \"2s\"",
+    )
+    .await;
+}
+
 /// The same for a group's queue: the credential has room, the tools'
 /// group holds one call at a time.
 #[tokio::test]
 async fn a_call_waiting_in_its_groups_queue_hears_progress() {
-    let server = listen(
+    a_queued_call_hears_progress(
         "[credentials.api]\nrate = \"100/1s\"\nexpected_latency = \"2s\"\n\
          [credentials.api.groups.one]\nrate = \"100/1s\"\nmax_in_flight = 1\n\
          [tools.slow]\ngroup = \"one\"\n[tools.ok]\ngroup = \"one\"",
     )
     .await;
-    let (session, _) = open(&server).await;
-    let first = {
-        let (addr, session) = (server.addr.clone(), session.clone());
-        tokio::spawn(
-            async move { post(&addr, Some(&session), &call(2, "slow", r#"{"s":2.5}"#)).await },
-        )
-    };
-    until_logged(&server.log, "call").await;
-    let queued = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ok","arguments":{},"_meta":{"progressToken":8}}}"#;
-    let began = Instant::now();
-    let (status, _, body) = post(&server.addr, Some(&session), queued).await;
-    assert_eq!(status, 200);
-    assert!(began.elapsed() >= Duration::from_millis(1500), "{body}");
-    let got = messages(&body);
-    assert_eq!(got.last().unwrap()["id"], 3, "{body}");
-    let progress: Vec<&Value> = got
-        .iter()
-        .filter(|m| m["method"] == "notifications/progress")
-        .collect();
-    assert!(!progress.is_empty(), "{body}");
-    for p in &progress {
-        assert_eq!(p["params"]["progressToken"], 8);
-        let message = p["params"]["message"].as_str().unwrap();
-        assert!(
-            message.starts_with("waiting in sluice's queue") && message.contains(" ms"),
-            "{message}"
-        );
-    }
-    assert!(first.await.unwrap().2.contains("done"));
 }
 
 #[tokio::test]

@@ -240,6 +240,20 @@ fn chat() -> ToolConfig {
     ToolConfig::write("key").cost("tokens", Cost::Argument("max_tokens".into()))
 }
 
+/// An upstream that answers after `latency_ms` that the call used its
+/// `used` argument, and the chat tool settling its tokens from that.
+fn settling(latency_ms: u64) -> (std::sync::Arc<Sim>, ToolConfig) {
+    let sim = Sim::new(move |_, request| {
+        let used = request.payload["used"].as_u64().unwrap();
+        Reply {
+            body: json!({"usage": {"total_tokens": used}}).to_string(),
+            ..Reply::ok(latency_ms)
+        }
+    });
+    let tool = chat().settle("tokens", Settle::Pointer("/usage/total_tokens".into()));
+    (sim, tool)
+}
+
 fn ask(n: usize, max_tokens: u64) -> Call {
     Call::new("chat", json!({ "n": n, "max_tokens": max_tokens }))
 }
@@ -316,14 +330,7 @@ async fn bad_or_impossible_costs_are_errors_and_send_nothing() {
 /// the next call waits for it to leave the window.
 #[tokio::test(start_paused = true)]
 async fn settle_refunds_and_charges_at_the_start() {
-    let sim = Sim::new(|_, request| {
-        let used = request.payload["used"].as_u64().unwrap();
-        Reply {
-            body: json!({"usage": {"total_tokens": used}}).to_string(),
-            ..Reply::ok(0)
-        }
-    });
-    let tool = chat().settle("tokens", Settle::Pointer("/usage/total_tokens".into()));
+    let (sim, tool) = settling(0);
     let gate = gate_of(tokens(None), &[("chat", tool)], &sim);
     let turn = gate.turn();
     let spend =
@@ -348,14 +355,7 @@ async fn settle_refunds_and_charges_at_the_start() {
 /// the window at 1 s; once A settles, C (30) fits at 200 ms, before B.
 #[tokio::test(start_paused = true)]
 async fn room_a_true_up_leaves_goes_to_the_next_call_and_no_reservation_moves() {
-    let sim = Sim::new(|_, request| {
-        let used = request.payload["used"].as_u64().unwrap();
-        Reply {
-            body: json!({"usage": {"total_tokens": used}}).to_string(),
-            ..Reply::ok(100)
-        }
-    });
-    let tool = chat().settle("tokens", Settle::Pointer("/usage/total_tokens".into()));
+    let (sim, tool) = settling(100);
     let gate = std::sync::Arc::new(gate_of(tokens(None), &[("chat", tool)], &sim));
     let spend = |name: &str, estimate: u64, used: u64| {
         Call::new(
@@ -397,14 +397,7 @@ async fn room_a_true_up_leaves_goes_to_the_next_call_and_no_reservation_moves() 
 /// the bucket back, the over-spend forward, both from the call's start.
 #[tokio::test(start_paused = true)]
 async fn settle_refunds_and_charges_on_a_bucket() {
-    let sim = Sim::new(|_, request| {
-        let used = request.payload["used"].as_u64().unwrap();
-        Reply {
-            body: json!({"usage": {"total_tokens": used}}).to_string(),
-            ..Reply::ok(0)
-        }
-    });
-    let tool = chat().settle("tokens", Settle::Pointer("/usage/total_tokens".into()));
+    let (sim, tool) = settling(0);
     let gate = gate_of(tokens(Some(100)), &[("chat", tool)], &sim);
     let turn = gate.turn();
     let spend =

@@ -266,6 +266,16 @@ const MAX_VIRTUAL: u64 = 8_192;
 mod tests {
     use super::*;
 
+    /// A small deterministic generator for the randomized tests.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     fn window(text: &str) -> SlidingWindow {
         SlidingWindow::new(text.parse().unwrap())
     }
@@ -379,13 +389,7 @@ mod tests {
     #[test]
     fn starts_placed_in_the_room_found_keep_every_window() {
         let mut w = window("20/1s");
-        let mut seed = 0x51u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x51);
         let mut now: Micros = 0;
         let mut charged: Vec<(Micros, u64)> = vec![];
         let mut found = 0;
@@ -469,13 +473,7 @@ mod tests {
     #[test]
     fn the_running_total_agrees_with_walking_the_log() {
         let mut w = window("20/1s");
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let mut now: Micros = 0;
         let mut charged = vec![];
         for _ in 0..20_000 {
