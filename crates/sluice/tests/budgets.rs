@@ -637,6 +637,50 @@ async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
     }
 }
 
+/// The same when the waiting low calls hold every concurrency permit: a
+/// high call takes the slot (and so the permit) of the first of them, and
+/// the low calls queue again behind it in their order.
+#[tokio::test(start_paused = true)]
+async fn a_high_call_is_not_kept_out_by_low_calls_sleeping_on_every_permit() {
+    let sim = Sim::always_ok(10);
+    let credential = CredentialConfig::with_rate(rate("1/1s"))
+        .max_in_flight(2)
+        .queue(10);
+    let config = GateConfig::default()
+        .defaults(Defaults {
+            window_margin: Duration::ZERO,
+            inline_wait: Duration::from_secs(10),
+            ..Defaults::default()
+        })
+        .credential("key", credential)
+        .tool("read", ToolConfig::write("key"));
+    let gate = std::sync::Arc::new(build_gate(config, &sim));
+    let spawn = |n: usize, priority: Priority, after_ms: u64| {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            gate.turn().call(call("read", n).priority(priority)).await
+        })
+    };
+    // 0 starts at once; 1 and 2 then sleep for 1 s and 2 s on both permits.
+    let calls = [
+        spawn(0, Priority::Low, 0),
+        spawn(1, Priority::Low, 20),
+        spawn(2, Priority::Low, 21),
+        spawn(3, Priority::High, 100),
+    ];
+    for call in calls {
+        assert!(call.await.unwrap().is_ok());
+    }
+    let starts: Vec<(u64, f64)> = sim
+        .records()
+        .iter()
+        .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
+        .collect();
+    assert_eq!(starts, [(0, 0.0), (3, 1_000.0), (1, 2_000.0), (2, 3_000.0)]);
+    assert!(sim.peak_in_flight() <= 2);
+}
+
 /// `/v1/status` material: every window and unit with used and remaining.
 #[tokio::test(start_paused = true)]
 async fn status_shows_every_window_and_unit() {

@@ -10,13 +10,14 @@ use super::job::Job;
 use super::shadow::Recorder;
 use super::{classify, holds, learn, price, reserve};
 use crate::call::{Call, Completion};
+use crate::config::Priority;
 use crate::deadline::Deadline;
 use crate::engine::{Engine, TurnState};
 use crate::executor::{Executor, Payload, Request, Streaming};
 use crate::limiter::Micros;
 use crate::observe::{Event, WaitKind};
 use crate::outcome::{Outcome, Reason};
-use crate::scope::{AdmittedNow, Scope};
+use crate::scope::{AdmittedNow, Permit, Scope};
 
 /// Runs one call of `turn` to its outcome: never fails, never outlives the deadline.
 pub(crate) async fn complete<E: Executor>(
@@ -166,34 +167,14 @@ async fn attempts<E: Executor>(
     let group_scope: Option<Arc<Scope>> = group
         .and_then(|name| scopes.iter().find(|scope| *scope.name == *name))
         .cloned();
-    let mut group_permit = match &group_scope {
-        Some(scope) if !shadow => {
-            match scope.admit(now, at, &job.deadline, job.ask.priority).await {
-                Ok(admitted) => {
-                    if admitted.queued {
-                        (at, now) = engine.clock();
-                    }
-                    admitted.permit
-                }
-                Err(outcome) => return outcome.into(),
-            }
-        }
-        _ => None,
-    };
-    let mut admitted = if shadow {
-        recorder.admit(primary, now, at)
+    let (mut group_permit, mut admitted) = if shadow {
+        (None, recorder.admit(primary, now, at))
     } else {
-        match primary
-            .admit(now, at, &job.deadline, job.ask.priority)
-            .await
-        {
-            Ok(admitted) => {
-                if admitted.queued {
-                    (at, now) = engine.clock();
-                }
-                AdmittedNow::Permit {
-                    permit: admitted.permit,
-                }
+        let mut clock = (at, now);
+        match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
+            Ok(permits) => {
+                (at, now) = clock;
+                permits
             }
             Err(outcome) => return outcome.into(),
         }
@@ -212,11 +193,25 @@ async fn attempts<E: Executor>(
                 &mut recorder,
                 (at, now),
             )
+            .map(Some)
         } else {
             reserve::start(engine, turn, primary, &scopes, job, (at, now)).await
         };
         let start = match start {
-            Ok(start) => start,
+            Ok(Some(start)) => start,
+            Ok(None) => {
+                // A call of higher priority took the slot this one slept
+                // for: its permits go back, and it queues again behind it.
+                drop(admitted.take_permit());
+                drop(group_permit.take());
+                let mut clock = engine.clock();
+                match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
+                    Ok(permits) => (group_permit, admitted) = permits,
+                    Err(outcome) => return outcome.into(),
+                }
+                (at, now) = clock;
+                continue;
+            }
             Err(outcome) => return outcome.into(),
         };
 
@@ -339,6 +334,50 @@ async fn attempts<E: Executor>(
         // Retries re-enter the bucket: the server's wait is in the cell now.
         scopes = engine.scopes_of(credential, primary, &job.call.tool, group, now);
     }
+}
+
+/// Steps 3 and 4, enforced: a concurrency permit from the tool's group
+/// (its own queue, so an exhausted group holds nothing of the credential's
+/// while it waits), then the credential's. A call that finds every permit
+/// of the credential out takes the slot of one waiting call it outranks,
+/// which gives its permit back and queues again behind it. `clock` is the
+/// call's reading, read again after a wait in a queue.
+async fn admit<'s, E: Executor>(
+    engine: &Engine<E>,
+    job: &Job<'_, E::Payload>,
+    primary: &'s Scope,
+    group: Option<&'s Scope>,
+    clock: &mut (Instant, Micros),
+) -> Result<(Option<Permit<'s>>, AdmittedNow<'s>), Outcome> {
+    let priority = job.ask.priority;
+    let group_permit = match group {
+        Some(scope) => {
+            let admitted = scope
+                .admit(clock.1, clock.0, &job.deadline, priority)
+                .await?;
+            if admitted.queued {
+                *clock = engine.clock();
+            }
+            admitted.permit
+        }
+        None => None,
+    };
+    let credential = job.credential;
+    if credential.outranks && priority > Priority::Low && primary.permits_exhausted() {
+        credential.seats.outrank_one(priority);
+    }
+    let admitted = primary
+        .admit(clock.1, clock.0, &job.deadline, priority)
+        .await?;
+    if admitted.queued {
+        *clock = engine.clock();
+    }
+    Ok((
+        group_permit,
+        AdmittedNow::Permit {
+            permit: admitted.permit,
+        },
+    ))
 }
 
 /// A response whose body is still arriving ([`Streaming`]) keeps the

@@ -147,7 +147,9 @@ impl Drop for SharedGrant<'_> {
 /// Takes one request from the turn's budget and reserves one start slot on
 /// every scope, at one common start (and from the shared budget, for a
 /// shared credential); sleeps until it when the wait is inline and fits
-/// the deadline. The error is the call's outcome, with everything given back.
+/// the deadline. The error is the call's outcome, with everything given back;
+/// `None` means a call of higher priority took the slot while this one
+/// slept: its permits go back and it queues again.
 /// `at` is the caller's reading of the clock; the clock is read again only
 /// after a wait.
 pub(super) async fn start<'a, E: Executor>(
@@ -157,7 +159,7 @@ pub(super) async fn start<'a, E: Executor>(
     scopes: &[Arc<Scope>],
     job: &Job<'a, E::Payload>,
     (at, now): (Instant, Micros),
-) -> Result<Start<'a>, Outcome> {
+) -> Result<Option<Start<'a>>, Outcome> {
     let Some(request) = TurnRequest::spend(turn) else {
         let wait = next_slot(engine, primary);
         return Err(Outcome::rate_limited(
@@ -240,13 +242,8 @@ pub(super) async fn start<'a, E: Executor>(
                 }
                 match sitting.stand() {
                     Some(held) => local.held = held,
-                    None => {
-                        // Outranked: reserve again, behind the call that took the slot.
-                        drop(local);
-                        drop(shared);
-                        (at, now) = engine.clock();
-                        continue;
-                    }
+                    // Outranked: the caller gives its permit back and queues again.
+                    None => return Ok(None),
                 }
             } else {
                 tokio::time::sleep_until(until).await;
@@ -257,12 +254,12 @@ pub(super) async fn start<'a, E: Executor>(
             if waited {
                 (at, now) = engine.clock();
             }
-            return Ok(Start {
+            return Ok(Some(Start {
                 request,
                 local,
                 shared,
                 at: (at, now),
-            });
+            }));
         }
         // A penalty arrived while we waited: give back what still holds
         // and ask again (the penalty may now defer the call).

@@ -4,10 +4,12 @@
 //! first, first come first served within a priority).
 //!
 //! A waiting call hands the slots it holds to its [`Seat`] while it
-//! sleeps. A call that outranks it takes them back into the cells
-//! ([`Seats::outrank`]) and reserves again at once, with no await in
-//! between; the outranked call wakes and reserves again behind it, within
-//! what is left of its inline wait.
+//! sleeps. A call that outranks it and would wait for a slot behind it
+//! takes them back into the cells ([`Seats::outrank`]) and reserves again
+//! at once, with no await in between; a call that outranks it and finds
+//! every concurrency permit out takes the slots of one ([`Seats::outrank_one`]).
+//! An outranked call wakes, gives its permit back and queues again: behind
+//! the caller, as the admission queue serves by priority.
 
 use std::sync::Arc;
 
@@ -103,6 +105,46 @@ impl Seats {
             .any(|seat| seat.priority < priority && seat.start < before)
     }
 
+    /// Takes the slots of the one call a caller of `priority` waiting for
+    /// a concurrency permit outranks most: the lowest priority, the
+    /// earliest start (the slot the caller would take first, so that the
+    /// calls it displaces queue again in their order). That call gives its
+    /// permit back and queues again, behind the caller. False when none is
+    /// seated.
+    pub(crate) fn outrank_one(&self, priority: Priority) -> bool {
+        let seat = {
+            let mut waiting = self.waiting.lock();
+            let chosen = waiting
+                .iter()
+                .enumerate()
+                .filter(|(_, seat)| seat.priority < priority)
+                .min_by_key(|(_, seat)| (seat.priority, seat.start))
+                .map(|(index, _)| index);
+            match chosen {
+                Some(index) => waiting.swap_remove(index),
+                None => return false,
+            }
+        };
+        Self::take(&seat)
+    }
+
+    /// Gives `seat`'s slots back to the cells and wakes its call; false
+    /// when the call already took them back.
+    fn take(seat: &Seat) -> bool {
+        let taken = match seat.slots.lock().take() {
+            Some(slots) => {
+                for (scope, ticket) in &slots {
+                    scope.refund(ticket);
+                }
+                true
+            }
+            None => false,
+        };
+        // A permit is stored if the call is not awaiting yet.
+        seat.taken.notify_one();
+        taken
+    }
+
     /// Takes the slots of every call of lower priority than `priority`
     /// waiting to start before `before` back into the cells (the latest
     /// first, so that a bucket's arrival time steps back through them),
@@ -117,17 +159,6 @@ impl Seats {
             out
         };
         outranked.sort_by_key(|seat| std::cmp::Reverse(seat.start));
-        let mut taken = 0;
-        for seat in outranked {
-            if let Some(slots) = seat.slots.lock().take() {
-                for (scope, ticket) in &slots {
-                    scope.refund(ticket);
-                }
-                taken += 1;
-            }
-            // A permit is stored if the call is not awaiting yet.
-            seat.taken.notify_one();
-        }
-        taken
+        outranked.iter().filter(|seat| Self::take(seat)).count()
     }
 }

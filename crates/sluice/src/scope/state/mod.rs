@@ -308,6 +308,14 @@ impl Scope {
         }
     }
 
+    /// True when the scope caps concurrency and every permit is out: a
+    /// new call would queue.
+    pub(crate) fn permits_exhausted(&self) -> bool {
+        self.admission
+            .as_ref()
+            .is_some_and(|admission| admission.running() >= admission.cap() as usize)
+    }
+
     /// Shadow mode's admission (issue 20): what [`Scope::admit`] would do,
     /// decided at once. A permit when one is free; else the call counts as
     /// queued while it runs without one, and the decision is a wait (the
