@@ -581,42 +581,17 @@ async fn waiting_callers_are_served_by_priority() {
 #[tokio::test(start_paused = true)]
 async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
     for burst in [None, Some(1)] {
-        let sim = Sim::always_ok(10);
         let mut credential = CredentialConfig::with_rate(rate("1/1s")).max_in_flight(10);
         if let Some(burst) = burst {
             credential = credential.burst(burst);
         }
-        let config = GateConfig::default()
-            .defaults(Defaults {
-                window_margin: Duration::ZERO,
-                inline_wait: Duration::from_secs(10),
-                ..Defaults::default()
-            })
-            .credential("key", credential)
-            .tool("read", ToolConfig::write("key"));
-        let gate = std::sync::Arc::new(build_gate(config, &sim));
-        let spawn = |n: usize, priority: Priority, after_ms: u64| {
-            let gate = gate.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(after_ms)).await;
-                gate.turn().call(call("read", n).priority(priority)).await
-            })
-        };
         let calls = [
-            spawn(0, Priority::Low, 0),
-            spawn(1, Priority::Low, 1),
-            spawn(2, Priority::Low, 2),
-            spawn(3, Priority::High, 100),
-            spawn(4, Priority::Normal, 200),
+            (Priority::Low, 0),
+            (Priority::Low, 1),
+            (Priority::Low, 2),
+            (Priority::High, 100),
+            (Priority::Normal, 200),
         ];
-        for call in calls {
-            assert!(call.await.unwrap().is_ok(), "{burst:?}");
-        }
-        let starts: Vec<(u64, f64)> = sim
-            .records()
-            .iter()
-            .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
-            .collect();
         let expected: &[(u64, f64)] = match burst {
             None => &[
                 (0, 0.0),
@@ -633,7 +608,11 @@ async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
                 (4, 4_000.0),
             ],
         };
-        assert_eq!(starts, expected, "{burst:?}");
+        assert_eq!(
+            starts_by_priority(credential, &calls).await,
+            expected,
+            "{burst:?}"
+        );
     }
 }
 
@@ -642,10 +621,32 @@ async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
 /// the low calls queue again behind it in their order.
 #[tokio::test(start_paused = true)]
 async fn a_high_call_is_not_kept_out_by_low_calls_sleeping_on_every_permit() {
-    let sim = Sim::always_ok(10);
     let credential = CredentialConfig::with_rate(rate("1/1s"))
         .max_in_flight(2)
         .queue(10);
+    // 0 starts at once; 1 and 2 then sleep for 1 s and 2 s on both permits.
+    let calls = [
+        (Priority::Low, 0),
+        (Priority::Low, 20),
+        (Priority::Low, 21),
+        (Priority::High, 100),
+    ];
+    assert_eq!(
+        starts_by_priority(credential, &calls).await,
+        [(0, 0.0), (3, 1_000.0), (1, 2_000.0), (2, 3_000.0)]
+    );
+}
+
+/// Call `n` of `calls` (its priority, and when it comes, in ms) on one
+/// gate over `credential` (no window margin, a 10 s inline wait); every
+/// call must succeed, at most `max_in_flight` at once. The recorded start
+/// of each, by `n`, in start order.
+async fn starts_by_priority(
+    credential: CredentialConfig,
+    calls: &[(Priority, u64)],
+) -> Vec<(u64, f64)> {
+    let sim = Sim::always_ok(10);
+    let cap = credential.max_in_flight;
     let config = GateConfig::default()
         .defaults(Defaults {
             window_margin: Duration::ZERO,
@@ -655,30 +656,27 @@ async fn a_high_call_is_not_kept_out_by_low_calls_sleeping_on_every_permit() {
         .credential("key", credential)
         .tool("read", ToolConfig::write("key"));
     let gate = std::sync::Arc::new(build_gate(config, &sim));
-    let spawn = |n: usize, priority: Priority, after_ms: u64| {
-        let gate = gate.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(after_ms)).await;
-            gate.turn().call(call("read", n).priority(priority)).await
+    let tasks: Vec<_> = calls
+        .iter()
+        .enumerate()
+        .map(|(n, &(priority, after_ms))| {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                gate.turn().call(call("read", n).priority(priority)).await
+            })
         })
-    };
-    // 0 starts at once; 1 and 2 then sleep for 1 s and 2 s on both permits.
-    let calls = [
-        spawn(0, Priority::Low, 0),
-        spawn(1, Priority::Low, 20),
-        spawn(2, Priority::Low, 21),
-        spawn(3, Priority::High, 100),
-    ];
-    for call in calls {
-        assert!(call.await.unwrap().is_ok());
+        .collect();
+    for task in tasks {
+        assert!(task.await.unwrap().is_ok());
     }
-    let starts: Vec<(u64, f64)> = sim
-        .records()
+    if let Some(cap) = cap {
+        assert!(sim.peak_in_flight() <= cap as usize);
+    }
+    sim.records()
         .iter()
         .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
-        .collect();
-    assert_eq!(starts, [(0, 0.0), (3, 1_000.0), (1, 2_000.0), (2, 3_000.0)]);
-    assert!(sim.peak_in_flight() <= 2);
+        .collect()
 }
 
 /// `/v1/status` material: every window and unit with used and remaining.

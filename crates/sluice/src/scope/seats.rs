@@ -74,12 +74,9 @@ impl Drop for Sitting<'_> {
             .waiting
             .lock()
             .retain(|seat| !Arc::ptr_eq(seat, &self.seat));
-        // A call dropped while it slept: its slots go back.
-        if let Some(slots) = self.seat.slots.lock().take() {
-            for (scope, ticket) in &slots {
-                scope.refund(ticket);
-            }
-        }
+        // A call dropped while it slept: its slots go back (the wake-up
+        // goes to nobody).
+        Seats::take(&self.seat);
     }
 }
 
@@ -109,9 +106,8 @@ impl Seats {
     /// a concurrency permit outranks most: the lowest priority, the
     /// earliest start (the slot the caller would take first, so that the
     /// calls it displaces queue again in their order). That call gives its
-    /// permit back and queues again, behind the caller. False when none is
-    /// seated.
-    pub(crate) fn outrank_one(&self, priority: Priority) -> bool {
+    /// permit back and queues again, behind the caller.
+    pub(crate) fn outrank_one(&self, priority: Priority) {
         let seat = {
             let mut waiting = self.waiting.lock();
             let chosen = waiting
@@ -122,35 +118,29 @@ impl Seats {
                 .map(|(index, _)| index);
             match chosen {
                 Some(index) => waiting.swap_remove(index),
-                None => return false,
+                None => return,
             }
         };
-        Self::take(&seat)
+        Self::take(&seat);
     }
 
-    /// Gives `seat`'s slots back to the cells and wakes its call; false
-    /// when the call already took them back.
-    fn take(seat: &Seat) -> bool {
-        let taken = match seat.slots.lock().take() {
-            Some(slots) => {
-                for (scope, ticket) in &slots {
-                    scope.refund(ticket);
-                }
-                true
+    /// Gives `seat`'s slots back to the cells (unless its call already
+    /// took them back) and wakes its call.
+    fn take(seat: &Seat) {
+        if let Some(slots) = seat.slots.lock().take() {
+            for (scope, ticket) in &slots {
+                scope.refund(ticket);
             }
-            None => false,
-        };
+        }
         // A permit is stored if the call is not awaiting yet.
         seat.taken.notify_one();
-        taken
     }
 
     /// Takes the slots of every call of lower priority than `priority`
-    /// waiting to start before `before` back into the cells (the latest
-    /// first, so that a bucket's arrival time steps back through them),
-    /// and wakes those calls to reserve again. Returns how many it took.
-    pub(crate) fn outrank(&self, priority: Priority, before: Micros) -> usize {
-        let mut outranked: Vec<Arc<Seat>> = {
+    /// waiting to start before `before` back into the cells, and wakes
+    /// those calls to queue and reserve again.
+    pub(crate) fn outrank(&self, priority: Priority, before: Micros) {
+        let outranked: Vec<Arc<Seat>> = {
             let mut waiting = self.waiting.lock();
             let (out, stay) = waiting
                 .drain(..)
@@ -158,7 +148,8 @@ impl Seats {
             *waiting = stay;
             out
         };
-        outranked.sort_by_key(|seat| std::cmp::Reverse(seat.start));
-        outranked.iter().filter(|seat| Self::take(seat)).count()
+        for seat in &outranked {
+            Self::take(seat);
+        }
     }
 }
