@@ -26,7 +26,7 @@ use crate::lease::{Leases, Obtained, PoolKey, hold_until};
 use crate::runner::Runner;
 use crate::status::{self, Status};
 use crate::store::Store;
-use crate::windows::{Asked, Spends};
+use crate::windows::{Asked, Leasing, Spends};
 use crate::worker::Jobs;
 use crate::{Error, RedisConfig};
 
@@ -60,7 +60,7 @@ struct Inner {
     runner: Arc<Runner>,
     credentials: Arc<Credentials>,
     leases: Leases,
-    /// Calls on several windows or units: no lease, one script each.
+    /// Calls on several windows or units: leased spends, one script per lease.
     spends: Arc<Spends>,
     jobs: Jobs,
     events_live: Arc<AtomicBool>,
@@ -295,42 +295,56 @@ impl RedisBudget {
             }
             not_before = not_before.max(late.at);
         }
+        let leasing = Leasing {
+            max_lease: self.inner.leases.max_lease(),
+            processes: cred.state.lock().processes,
+        };
         let asked = self
             .inner
             .spends
             .reserve(
                 &self.inner.runner,
                 request,
-                since(not_before, now),
-                since(latest, now),
+                (since(not_before, now), since(latest, now)),
+                Some(leasing),
             )
             .await;
-        match asked {
+        let (decision, leased) = match asked {
             Asked::Decided(decision, processes) => {
-                let now = Instant::now();
-                let mut state = cred.state.lock();
-                state.mode = (Mode::Shared, None);
                 if processes > 0 {
-                    state.processes = processes;
+                    cred.state.lock().processes = processes;
                 }
-                match &decision {
-                    Decision::Granted { wait, .. } => {
-                        state.decisions.shared += 1;
-                        let at = after(now, *wait);
-                        let spends = &mut state.fallback.spends;
-                        spends.remember(request.windows, at, now);
-                        if let Some((_, share)) = recovering {
-                            spends.count_shared(request.windows, share, at);
-                        }
-                    }
-                    Decision::Denied { .. } => state.decisions.denied += 1,
-                }
-                decision
+                (decision, false)
             }
-            Asked::Fallback(reason) => fallback::decide_windows(
-                cred, configured, request, parts, not_before, latest, reason,
-            ),
+            Asked::Leased(decision) => (decision, true),
+            Asked::Fallback(reason) => {
+                return fallback::decide_windows(
+                    cred, configured, request, parts, not_before, latest, reason,
+                );
+            }
+        };
+        {
+            let now = Instant::now();
+            let mut state = cred.state.lock();
+            state.mode = (Mode::Shared, None);
+            match &decision {
+                Decision::Granted { wait, .. } => {
+                    if leased {
+                        state.decisions.leased += 1;
+                    } else {
+                        state.decisions.shared += 1;
+                    }
+                    let at = after(now, *wait);
+                    let spends = &mut state.fallback.spends;
+                    spends.remember(request.windows, at, now);
+                    if let Some((_, share)) = recovering {
+                        spends.count_shared(request.windows, share, at);
+                    }
+                }
+                Decision::Denied { .. } => state.decisions.denied += 1,
+            }
         }
+        decision
     }
 }
 

@@ -23,7 +23,7 @@ pub type Micros = u64;
 const TTL_SLACK: Micros = 5_000_000;
 
 /// One window of one budget a call spends.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Budget {
     /// The scope or unit it belongs to (`api_key`, a group, `tokens`).
     pub name: String,
@@ -132,6 +132,14 @@ pub struct Seen {
     pub start: Micros,
     /// Granted: what it did to each GCRA budget.
     pub buckets: Vec<Bucket>,
+    /// Granted with a [`Lease`]: the further starts, µs on the server's
+    /// clock, in order; the k-th (from 0) is the member `{member}+{k + 2}`.
+    pub further: Vec<Micros>,
+}
+
+/// The member of a lease's further start `k` (from 0).
+pub fn further_member(member: &str, k: usize) -> String {
+    format!("{member}+{}", k + 2)
 }
 
 /// When a spend may start, µs from now.
@@ -141,6 +149,32 @@ pub struct Window {
     pub not_before: Micros,
     /// No later than this.
     pub max_wait: Micros,
+}
+
+/// Further starts of the same spend asked for with it: a lease (its
+/// first start is the call's; the others wait for this process's callers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease<'a> {
+    /// Starts in all, at least 1 (the call's own among them).
+    pub slots: u32,
+    /// A further start lies at most this far from now, µs.
+    pub horizon: Micros,
+    /// And at least this far (a start due sooner finds no caller).
+    pub lead: Micros,
+    /// Members of earlier further starts of this same spend (the same
+    /// budgets at the same costs) whose time passed unused: removed from
+    /// every window in the same step, before the new starts are placed.
+    pub stale: &'a [String],
+}
+
+impl Lease<'_> {
+    /// The call's own start alone.
+    pub const ONE: Lease<'static> = Lease {
+        slots: 1,
+        horizon: 0,
+        lead: 0,
+        stale: &[],
+    };
 }
 
 /// A process beating the credential's heartbeat set with a spend.
@@ -252,6 +286,37 @@ impl SpendScripts {
     where
         C: redis::aio::ConnectionLike + Send,
     {
+        self.reserve_leased(
+            conn,
+            keys,
+            budgets,
+            member,
+            window,
+            Lease::ONE,
+            heartbeat,
+            clock,
+        )
+        .await
+    }
+
+    /// [`SpendScripts::reserve_seen`] with `lease`'s further starts placed
+    /// after the call's in the same atomic step ([`Seen::further`]), each
+    /// charged in every budget. A spend with a GCRA budget is never leased.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn reserve_leased<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        member: &str,
+        window: Window,
+        lease: Lease<'_>,
+        heartbeat: Option<Heartbeat<'_>>,
+        clock: Clock,
+    ) -> Result<Seen, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
         let Window {
             not_before,
             max_wait,
@@ -279,7 +344,14 @@ impl SpendScripts {
             .arg(TTL_SLACK)
             .arg(not_before)
             .arg(heartbeat.map_or("", |h| h.process))
-            .arg(heartbeat.map_or(0, |h| h.window));
+            .arg(heartbeat.map_or(0, |h| h.window))
+            .arg(lease.slots.max(1))
+            .arg(lease.horizon)
+            .arg(lease.lead)
+            .arg(lease.stale.len());
+        for member in lease.stale {
+            invocation.arg(member);
+        }
         for budget in budgets {
             invocation
                 .arg(budget.limit)
@@ -452,8 +524,13 @@ fn parse_spent(value: &Value, budgets: usize) -> Result<Seen, Error> {
     let processes = field(3).and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
     let spent = parse_decision(value, items, budgets)?;
     let start = field(4).unwrap_or(0);
+    let count = field(5).and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+    let further = (6..6 + count)
+        .map(field)
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Error::Reply(format!("unexpected spend reply {value:?}")))?;
     let mut buckets = Vec::new();
-    let mut at = 5;
+    let mut at = 6 + count;
     while items.len() >= at + 3 {
         let (Some(index), Some(before), Some(after)) = (field(at), field(at + 1), field(at + 2))
         else {
@@ -476,6 +553,7 @@ fn parse_spent(value: &Value, budgets: usize) -> Result<Seen, Error> {
         processes,
         start,
         buckets,
+        further,
     })
 }
 
@@ -510,6 +588,7 @@ mod tests {
             processes,
             start,
             buckets,
+            further: vec![],
         };
         let granted = Value::Array(vec![Value::Int(1), Value::Int(250)]);
         assert_eq!(
@@ -517,7 +596,7 @@ mod tests {
             Ok(seen(Spent::Granted { wait: 250 }, 0, 0, vec![]))
         );
         let ints = |v: &[i64]| Value::Array(v.iter().map(|n| Value::Int(*n)).collect());
-        let bucket = ints(&[1, 5, 0, 3, 1_005, 2, 900, 1_200]);
+        let bucket = ints(&[1, 5, 0, 3, 1_005, 0, 2, 900, 1_200]);
         let expected = Bucket {
             budget: 1,
             before: 900,
@@ -534,7 +613,14 @@ mod tests {
         );
         let out_of_range = ints(&[0, 9, 3]);
         assert!(parse_spent(&out_of_range, 2).is_err());
-        assert!(parse_spent(&ints(&[1, 5, 0, 3, 1_005, 3, 1, 2]), 2).is_err());
+        assert!(parse_spent(&ints(&[1, 5, 0, 3, 1_005, 0, 3, 1, 2]), 2).is_err());
+        let leased = ints(&[1, 5, 0, 1, 1_005, 2, 1_105, 1_205]);
+        assert_eq!(
+            parse_spent(&leased, 1).map(|seen| seen.further),
+            Ok(vec![1_105, 1_205])
+        );
+        // Fewer further starts than it says.
+        assert!(parse_spent(&ints(&[1, 5, 0, 1, 1_005, 3, 1_105]), 1).is_err());
         assert!(parse_spent(&Value::Nil, 1).is_err());
     }
 

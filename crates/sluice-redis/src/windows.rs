@@ -1,12 +1,19 @@
 //! Calls that spend several windows or any unit (issue 14): one spend
-//! script per call, no lease, and the true-up sent after the answer.
+//! script reserves, leases count in every window and unit, and the true-up
+//! is sent after the answer.
 //!
-//! A lease holds slots of one request window; a call that also spends a
-//! second window, a group's windows or a unit's cost cannot take one
-//! without overspending the others, so it goes to Redis each time
-//! ([`crate::spend`]'s scripts: every budget checked and charged in one
-//! atomic step). The grant token is `w|{member}`; what each member charged
-//! is kept here, so that a refund or settle rewrites exactly that.
+//! A call that also spends a second window, a group's windows or a unit's
+//! cost cannot take a request window's leased slot without overspending
+//! the others, so its spends are leased on their own: the spend script
+//! ([`crate::spend`]: every budget checked and charged in one atomic step)
+//! places further starts of the same spend, each charged in every budget
+//! as a call would be, and this process's next callers with the same
+//! budgets and costs start at them without a round trip. A pool per
+//! spend (credential, budgets and costs) holds them; its size adapts as a
+//! request window's lease does, at most half this process's fair share of
+//! the tightest budget. A start whose time passes unused goes back. The
+//! grant token is `w|{member}`; what each member charged is kept here, so
+//! that a refund or settle rewrites exactly that.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,8 +27,11 @@ use tokio::time::Instant;
 use crate::Error;
 use crate::breaker::Permit;
 use crate::decision::denied;
+use crate::lease::{LEAD, Pool, Pooled, share_cap};
 use crate::runner::Runner;
-use crate::spend::{Bucket, Budget, Granted, Heartbeat, Seen, SpendScripts, Spent, Window};
+use crate::spend::{
+    Bucket, Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, further_member,
+};
 use crate::store::Clock;
 
 /// How long what a member charged is kept for its refund or settle: a
@@ -43,6 +53,24 @@ pub(crate) struct Spends {
     /// the budget starts before `until`. A call that cannot wait that long
     /// is told so without a round trip (as leases do for one window).
     busy: Mutex<Vec<Busy>>,
+    /// Leased starts waiting for this process's callers, by spend.
+    pools: Mutex<HashMap<SpendKey, Pool<String>>>,
+}
+
+/// What a leased start serves: calls on this credential spending exactly
+/// these budgets at these costs.
+type SpendKey = (String, Vec<Budget>);
+
+/// A spend's pool with nothing in it and no ask for this long is dropped.
+const POOL_IDLE: Duration = Duration::from_secs(10);
+
+/// May this process lease, and how many processes share the credential.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Leasing {
+    /// The most starts one lease may take (1: none leased).
+    pub(crate) max_lease: u32,
+    /// Processes on the credential, as Redis last counted them.
+    pub(crate) processes: u32,
 }
 
 /// One remembered denial.
@@ -66,6 +94,8 @@ struct Held {
 pub(crate) enum Asked {
     /// Redis decided, and counted these processes on the credential (0: unknown).
     Decided(Decision, u32),
+    /// A leased start of this process's served the call (no round trip).
+    Leased(Decision),
     /// Redis cannot be asked: decide locally, for this reason.
     Fallback(String),
 }
@@ -112,6 +142,87 @@ impl Spends {
             next: AtomicU64::new(0),
             held: Mutex::new(HashMap::new()),
             busy: Mutex::new(Vec::new()),
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A leased start of `key`'s pool in `[from, to]`, and the starts of
+    /// `key`'s pool whose time passed unused (for the next spend script to
+    /// give back); those of every other pool are given back here.
+    fn pooled(
+        self: &Arc<Self>,
+        runner: &Arc<Runner>,
+        key: &SpendKey,
+        (from, to): (Instant, Instant),
+        now: Instant,
+    ) -> (Option<Pooled<String>>, Vec<String>) {
+        let (slot, own, others) = {
+            let mut pools = self.pools.lock();
+            let (mut own, mut others) = (Vec::new(), Vec::new());
+            pools.retain(|k, pool| {
+                let stale = pool.sweep(now);
+                if k == key {
+                    own = stale;
+                } else {
+                    others.extend(stale);
+                }
+                !pool.idle(now, POOL_IDLE)
+            });
+            let slot = pools.get_mut(key).and_then(|pool| pool.take(from, to, now));
+            (slot, own, others)
+        };
+        self.refund_all(runner, others);
+        (slot, own)
+    }
+
+    fn refund_all(self: &Arc<Self>, runner: &Arc<Runner>, members: Vec<String>) {
+        for member in members {
+            self.refund(runner, &member);
+        }
+    }
+
+    /// How many starts to ask for (the call's own among them), and how far
+    /// ahead the others may lie: grown and shrunk with demand as a request
+    /// window's lease is, capped at half this process's fair share of the
+    /// tightest budget, reaching twice the time the slowest budget takes to
+    /// admit them and at most its shortest window.
+    fn lease<'a>(
+        &self,
+        key: &SpendKey,
+        leasing: Option<Leasing>,
+        stale: &'a [String],
+        now: Instant,
+    ) -> Lease<'a> {
+        let budgets = &key.1;
+        let one = Lease {
+            stale,
+            ..Lease::ONE
+        };
+        let Some(leasing) = leasing.filter(|l| l.max_lease > 1) else {
+            return one;
+        };
+        if budgets.is_empty() || budgets.iter().any(|b| b.burst.is_some() || b.cost == 0) {
+            return one;
+        }
+        let calls = budgets.iter().map(|b| b.limit / b.cost).min().unwrap_or(1);
+        let cap = share_cap(calls, leasing.processes, leasing.max_lease);
+        // The slowest budget's interval between calls, µs.
+        let pace = budgets
+            .iter()
+            .map(|b| b.window.saturating_mul(b.cost) / b.limit.max(1))
+            .max()
+            .unwrap_or(0);
+        let shortest = budgets.iter().map(|b| b.window).min().unwrap_or(0);
+        let want = self.pools.lock().entry(key.clone()).or_default().want(
+            cap,
+            now,
+            Duration::from_micros(pace),
+        );
+        Lease {
+            slots: want,
+            horizon: pace.saturating_mul(2 * u64::from(want)).min(shortest),
+            lead: micros(LEAD),
+            stale,
         }
     }
 
@@ -168,22 +279,36 @@ impl Spends {
     /// Charges every window of `request` at one start between `not_before`
     /// and `max_wait` from now, or nothing.
     pub(crate) async fn reserve(
-        &self,
-        runner: &Runner,
+        self: &Arc<Self>,
+        runner: &Arc<Runner>,
         request: &ReserveRequest<'_>,
-        not_before: Duration,
-        max_wait: Duration,
+        (not_before, max_wait): (Duration, Duration),
+        leasing: Option<Leasing>,
     ) -> Asked {
         let budgets = budgets(request.windows);
         let now = Instant::now();
+        let key: SpendKey = (request.credential.to_owned(), budgets.clone());
+        let window = (now + not_before, now + max_wait);
+        let (slot, stale) = self.pooled(runner, &key, window, now);
+        if let Some(slot) = slot {
+            self.refund_all(runner, stale);
+            return Asked::Leased(Decision::Granted {
+                wait: slot.at.saturating_duration_since(now),
+                grant: Grant {
+                    token: format!("{PREFIX}{}", slot.token),
+                },
+            });
+        }
         if let Some((budget, until)) =
             self.known_busy(request.credential, &budgets, now, now + max_wait)
         {
+            self.refund_all(runner, stale);
             let index = Self::scope_index(request, budget);
             let wait = until.saturating_duration_since(now);
             return Asked::Decided(denied(request, index, wait, Hold::Rate), 0);
         }
         if let Permit::Refuse = runner.permit(now, Duration::from_secs(1)) {
+            self.refund_all(runner, stale);
             return Asked::Fallback("circuit breaker open".into());
         }
         let member = format!(
@@ -191,6 +316,7 @@ impl Spends {
             self.process,
             self.next.fetch_add(1, Ordering::Relaxed)
         );
+        let lease = self.lease(&key, leasing, &stale, now);
         let keys = runner.store().keys(request.credential);
         let result = runner
             .run(|_, mut conn| {
@@ -206,12 +332,13 @@ impl Spends {
                 };
                 async move {
                     scripts
-                        .reserve_seen(
+                        .reserve_leased(
                             &mut conn,
                             keys,
                             budgets,
                             member,
                             window,
+                            lease,
                             Some(heartbeat),
                             Clock::Server,
                         )
@@ -219,13 +346,44 @@ impl Spends {
                 }
             })
             .await;
+        let received = Instant::now();
+        if result.is_ok() {
+            // The script gave them back: room may have come with them.
+            if !stale.is_empty() {
+                self.forget_busy(request.credential);
+            }
+            let mut held = self.held.lock();
+            for member in &stale {
+                held.remove(member);
+            }
+        } else {
+            self.refund_all(runner, stale);
+        }
         match result {
             Ok(Seen {
                 spent: Spent::Granted { wait },
                 processes,
                 start,
                 buckets,
+                further,
             }) => {
+                let mut pooled = Vec::with_capacity(further.len());
+                for (k, at) in further.into_iter().enumerate() {
+                    let member = further_member(&member, k);
+                    let granted = Granted {
+                        start: at,
+                        buckets: Vec::new(),
+                    };
+                    self.remember(&member, request.credential, budgets.clone(), granted);
+                    let ahead = wait.saturating_add(at.saturating_sub(start));
+                    pooled.push(Pooled {
+                        at: received + Duration::from_micros(ahead),
+                        token: member,
+                    });
+                }
+                if !pooled.is_empty() {
+                    self.pools.lock().entry(key).or_default().fill(pooled);
+                }
                 let granted = Granted { start, buckets };
                 self.remember(&member, request.credential, budgets, granted);
                 let decision = Decision::Granted {

@@ -351,3 +351,97 @@ async fn a_bucket_beside_a_window_spends_all_or_nothing() {
     let tat: u64 = server.command(&["GET", "sluice:{openai}:b:points:0:g"]);
     assert_eq!(tat, 3 * S / 10);
 }
+
+/// A lease: further starts of the same spend placed in the same step,
+/// each at its own earliest common start after the one before and charged
+/// in every budget, no sooner than the lead and no later than the horizon;
+/// the next lease's stale members go back before it is placed.
+#[tokio::test]
+async fn a_lease_places_further_starts_charged_in_every_budget() {
+    use sluice_redis::spend::{Lease, Seen, Window, further_member};
+    let server = RedisServer::start();
+    let mut conn = connection(&server).await;
+    let scripts = SpendScripts::default();
+    // Requests at 3 a second and tokens at 40 a second, 10 a call: the
+    // tokens admit four calls a second, the requests three.
+    let budgets = vec![
+        Budget::requests("api_key", 0, 3, S),
+        Budget::unit("tokens", 0, 40, S, 10),
+    ];
+    let window = Window {
+        not_before: 0,
+        max_wait: 0,
+    };
+    let lease = |slots, horizon, stale: &'static [String]| Lease {
+        slots,
+        horizon,
+        lead: S / 50,
+        stale,
+    };
+    let seen: Seen = scripts
+        .reserve_leased(
+            &mut conn,
+            &keys(),
+            &budgets,
+            "m",
+            window,
+            lease(5, 2 * S, &[]),
+            None,
+            Clock::At(0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(seen.spent, Spent::Granted { wait: 0 });
+    // The call's own at once, two more no sooner than the 20 ms lead (the
+    // requests' 3 in the first second), the fourth when the start at 0
+    // leaves the requests' window, the fifth when those at 20 ms do.
+    assert_eq!(seen.further, [S / 50, S / 50, S, S + S / 50]);
+    let tokens: Vec<(String, u64)> = server.command(&[
+        "ZRANGE",
+        "sluice:{openai}:b:tokens:0",
+        "0",
+        "-1",
+        "WITHSCORES",
+    ]);
+    let members: Vec<&str> = tokens.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(members, ["m|10", "m+2|10", "m+3|10", "m+4|10", "m+5|10"]);
+    assert_eq!(further_member("m", 0), "m+2");
+    // A horizon holds further starts to what is near: after this call's
+    // at 1.02 s, the next would wait for 2 s.
+    let near: Seen = scripts
+        .reserve_leased(
+            &mut conn,
+            &keys(),
+            &budgets,
+            "n",
+            Window {
+                not_before: 0,
+                max_wait: 3 * S,
+            },
+            lease(3, S / 2, &[]),
+            None,
+            Clock::At(S),
+        )
+        .await
+        .unwrap();
+    assert_eq!(near.spent, Spent::Granted { wait: S / 50 });
+    assert!(near.further.is_empty(), "{near:?}");
+    // Stale members of the lease go back first: with m+4 and m+5 unused,
+    // a call at 1.1 s starts at once (with them, it would wait for 2 s).
+    static STALE: std::sync::LazyLock<Vec<String>> =
+        std::sync::LazyLock::new(|| vec!["m+4".to_owned(), "m+5".to_owned()]);
+    let back: Seen = scripts
+        .reserve_leased(
+            &mut conn,
+            &keys(),
+            &budgets,
+            "o",
+            window,
+            lease(1, 0, STALE.as_slice()),
+            None,
+            Clock::At(S + S / 10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(back.spent, Spent::Granted { wait: 0 }, "{back:?}");
+}

@@ -310,3 +310,79 @@ async fn a_denial_is_remembered_for_the_calls_that_cannot_outwait_it() {
     assert!(granted(&ask(&tokens(6), Duration::from_secs(2)).await));
     assert_eq!(server.round_trips(), before + 2);
 }
+
+/// Leases count in units: a flood from two gates on requests at 20/1s and
+/// 30/10s and tokens at 120/1s, each call costing 10 tokens. Leased starts
+/// are charged in every window and unit, so over both gates no second
+/// holds more than the tokens' 12 calls and the run no more than 30; and
+/// most calls start at a leased start, without a round trip of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_count_in_every_window_and_unit() {
+    let server = RedisServer::start();
+    let recorder = Recorder {
+        began: Instant::now(),
+        starts: Arc::new(Mutex::new(Vec::new())),
+    };
+    let leased = |budget: Arc<RedisBudget>, seed: u64| {
+        let credential = CredentialConfig::with_rate("20/1s".parse().unwrap())
+            .window("30/10s".parse().unwrap())
+            .unit("tokens", UnitConfig::with_rate("120/1s".parse().unwrap()))
+            .shared(true)
+            .max_in_flight(8)
+            .queue(64);
+        let tool = ToolConfig::read("key").cost("tokens", Cost::Fixed(ESTIMATE));
+        let config = GateConfig::default()
+            .defaults(Defaults {
+                window_margin: Duration::from_millis(100),
+                ..Defaults::default()
+            })
+            .credential("key", credential)
+            .tool("chat", tool);
+        Gate::builder(config, recorder.clone())
+            .seed(seed)
+            .shared(budget)
+            .build()
+            .unwrap()
+    };
+    let a = Arc::new(
+        RedisBudget::connect(redis_config(&server.url()))
+            .await
+            .unwrap(),
+    );
+    let b = Arc::new(
+        RedisBudget::connect(redis_config(&server.url()))
+            .await
+            .unwrap(),
+    );
+    let before = server.round_trips();
+    let gate_a = Arc::new(leased(a.clone(), 1));
+    let gate_b = Arc::new(leased(b.clone(), 2));
+    let until = tokio::time::Instant::now() + Duration::from_millis(3_000);
+    let (ok_a, ok_b) = tokio::join!(drive(gate_a, "a", until), drive(gate_b, "b", until));
+    let starts = recorder.starts.lock().clone();
+    assert_eq!(starts.len(), ok_a + ok_b, "every start is an ok call");
+    assert!(
+        max_in_window(&starts, 1_000.0) <= 12,
+        "120 tokens/1s at 10 a call over both gates: {starts:?}"
+    );
+    assert!(starts.len() <= 30, "30/10s over both gates: {starts:?}");
+    // 12 a second reaches the 10 s window's 30 within the 3 s.
+    assert!(
+        starts.len() >= 24,
+        "the windows, not the test, set the pace: {starts:?}"
+    );
+    let leased: u64 = [&a, &b]
+        .iter()
+        .flat_map(|budget| budget.status().credentials)
+        .map(|c| c.decisions.leased)
+        .sum();
+    let trips = server.round_trips() - before;
+    // Measured: about half (14 to 17 of 30, 30 to 36 round trips in all;
+    // 46 to 48 with `max_lease = 1`).
+    assert!(
+        leased * 4 >= starts.len() as u64,
+        "a quarter of the calls or more started at leased starts: {leased} \
+         of {} ({trips} round trips)",
+        starts.len()
+    );
+}

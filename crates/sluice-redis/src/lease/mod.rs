@@ -15,5 +15,5 @@
 mod pool;
 mod slot;
 
-pub(crate) use pool::{Pool, PoolKey};
-pub(crate) use slot::{Leases, Obtained, hold_until};
+pub(crate) use pool::{Pool, PoolKey, Pooled, share_cap};
+pub(crate) use slot::{LEAD, Leases, Obtained, hold_until};

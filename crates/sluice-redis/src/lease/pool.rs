@@ -18,9 +18,9 @@ pub(crate) const LATE_START: std::time::Duration = std::time::Duration::from_mil
 
 /// A leased slot waiting for a caller.
 #[derive(Debug, Clone)]
-pub(crate) struct Pooled {
+pub(crate) struct Pooled<T = SlotToken> {
     pub(crate) at: Instant,
-    pub(crate) token: SlotToken,
+    pub(crate) token: T,
 }
 
 /// What the pooled slots were reserved for: a pooled slot serves only calls
@@ -31,10 +31,11 @@ pub(crate) struct PoolKey {
     pub(crate) limit: Option<SharedLimit>,
 }
 
-/// One credential's lease pool.
+/// One credential's lease pool: of one request window's slots, or (`T`
+/// a spend's member) of one spend's starts on several windows and units.
 #[derive(Debug)]
-pub(crate) struct Pool {
-    slots: VecDeque<Pooled>,
+pub(crate) struct Pool<T = SlotToken> {
+    slots: VecDeque<Pooled<T>>,
     key: Option<PoolKey>,
     size: u32,
     /// Lease reservations on their way to Redis (more than one when a
@@ -55,7 +56,7 @@ pub(crate) struct Pool {
     pub(crate) returned: u64,
 }
 
-impl Default for Pool {
+impl<T> Default for Pool<T> {
     fn default() -> Self {
         Pool {
             slots: VecDeque::new(),
@@ -80,14 +81,19 @@ impl Default for Pool {
 pub(crate) fn fair_cap(limit: Option<SharedLimit>, processes: u32, max_lease: u32) -> u32 {
     match limit {
         None => 1,
-        Some(limit) => {
-            let share = limit.rate.count().get() / (2 * processes.max(1));
-            share.clamp(1, max_lease.max(1))
-        }
+        Some(limit) => share_cap(u64::from(limit.rate.count().get()), processes, max_lease),
     }
 }
 
-impl Pool {
+/// [`fair_cap`] for a budget that admits `calls` a window.
+pub(crate) fn share_cap(calls: u64, processes: u32, max_lease: u32) -> u32 {
+    let share = calls / (2 * u64::from(processes.max(1)));
+    u32::try_from(share)
+        .unwrap_or(u32::MAX)
+        .clamp(1, max_lease.max(1))
+}
+
+impl<T> Pool<T> {
     /// The current lease size.
     pub(crate) fn size(&self) -> u32 {
         self.size
@@ -103,8 +109,17 @@ impl Pool {
         self.slots.len()
     }
 
+    /// Nothing pooled, nothing on its way, and no ask for `idle` before `now`.
+    pub(crate) fn idle(&self, now: Instant, idle: Duration) -> bool {
+        self.slots.is_empty()
+            && self.fetching == 0
+            && self
+                .last_ask
+                .is_none_or(|last| now.saturating_duration_since(last) >= idle)
+    }
+
     /// Switches the pool to `key`; slots reserved for another key are returned.
-    pub(crate) fn rekey(&mut self, key: &PoolKey) -> Vec<SlotToken> {
+    pub(crate) fn rekey(&mut self, key: &PoolKey) -> Vec<T> {
         if self.key.as_ref() == Some(key) {
             return Vec::new();
         }
@@ -118,7 +133,7 @@ impl Pool {
     /// so it serves any caller who may start now: one that began a moment
     /// after the slot's time (a 10-call burst at 10/1s once deferred its
     /// last call with its slot left in the pool).
-    pub(crate) fn take(&mut self, from: Instant, to: Instant, now: Instant) -> Option<Pooled> {
+    pub(crate) fn take(&mut self, from: Instant, to: Instant, now: Instant) -> Option<Pooled<T>> {
         let index = self.slots.iter().position(|slot| {
             let starts = slot.at.max(now);
             starts >= from && slot.at <= to && slot.at + LATE_START >= now
@@ -132,7 +147,7 @@ impl Pool {
 
     /// Removes slots whose time passed unused (by more than [`LATE_START`]);
     /// demand was lower than the lease, so the lease shrinks.
-    pub(crate) fn sweep(&mut self, now: Instant) -> Vec<SlotToken> {
+    pub(crate) fn sweep(&mut self, now: Instant) -> Vec<T> {
         let mut stale = Vec::new();
         while self
             .slots
@@ -152,7 +167,7 @@ impl Pool {
     }
 
     /// Removes every slot.
-    pub(crate) fn drain_all(&mut self) -> Vec<SlotToken> {
+    pub(crate) fn drain_all(&mut self) -> Vec<T> {
         self.slots.drain(..).map(|slot| slot.token).collect()
     }
 
@@ -178,7 +193,7 @@ impl Pool {
     }
 
     /// Adds the extra slots of a lease (the first went to its caller).
-    pub(crate) fn fill(&mut self, slots: impl IntoIterator<Item = Pooled>) {
+    pub(crate) fn fill(&mut self, slots: impl IntoIterator<Item = Pooled<T>>) {
         for slot in slots {
             self.leased += 1;
             let index = self.slots.partition_point(|s| s.at <= slot.at);

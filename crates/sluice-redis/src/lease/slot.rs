@@ -22,7 +22,7 @@ use crate::worker::Jobs;
 const ROUNDS: usize = 3;
 /// Extra leased slots start at least this far ahead: a slot due sooner
 /// serves only the callers already waiting (who asked for their own).
-const LEAD: Duration = Duration::from_millis(20);
+pub(crate) const LEAD: Duration = Duration::from_millis(20);
 
 /// What getting a slot came to.
 pub(crate) enum Obtained {
@@ -76,6 +76,17 @@ impl Leases {
         &self.process
     }
 
+    /// The most slots one lease may take now: 1 (no lease) unless leased
+    /// slots are safe, that is while this process hears of the blocks
+    /// that void them.
+    pub(crate) fn max_lease(&self) -> u32 {
+        if self.max_lease > 1 && (!self.events || self.events_live.load(Ordering::SeqCst)) {
+            self.max_lease
+        } else {
+            1
+        }
+    }
+
     /// A slot in `[not_before, latest]`: from the lease pool, or from a
     /// reservation (this call's, or one in flight that it waits for).
     pub(crate) async fn obtain(
@@ -86,10 +97,7 @@ impl Leases {
         not_before: Instant,
         latest: Instant,
     ) -> Obtained {
-        // Leased slots are safe only while this process hears of the
-        // blocks that void them.
-        let leases =
-            self.max_lease > 1 && (!self.events || self.events_live.load(Ordering::SeqCst));
+        let leases = self.max_lease() > 1;
         for round in 0..ROUNDS {
             let reserved = cred.reserved.notified();
             tokio::pin!(reserved);

@@ -14,18 +14,30 @@
 -- A log member is `{member}|{cost}`: the cost travels with the start, so
 -- a true-up (settle.lua) can rewrite it at the start's own time.
 --
+-- A lease asks for several starts of the same spend at once (`slots`):
+-- the first as above, each further one at its own earliest common start
+-- after the one before, no sooner than `lead` and no later than `horizon`
+-- from now, as its own member (`{member}+{k}`). Every start of a lease is
+-- charged in every budget, so a lease counts in every window and unit
+-- exactly as that many calls would. A lease never holds a GCRA budget (a
+-- bucket gives a slot back only while nothing was charged after it).
+--
 -- KEYS: one sorted set per budget (score = start µs), then the
 --       credential's heartbeat set (when ARGV 6 names a process)
 -- ARGV: 1 now (µs; '' = the server's TIME), 2 max_wait µs, 3 member,
 --       4 TTL slack µs, 5 not_before µs from now (the start may not come
 --       earlier: another scope of the call starts it later), 6 process id
---       ('' = no heartbeat), 7 heartbeat window µs, then per budget:
+--       ('' = no heartbeat), 7 heartbeat window µs, 8 slots (at least 1),
+--       9 horizon µs, 10 lead µs, 11 d, then d members of earlier leased
+--       starts of this same spend whose time passed unused (removed from
+--       every window first: given back in the same step), then per budget:
 --       limit, window µs, cost, burst (0: a sliding window; else GCRA:
 --       its key is a string holding the theoretical arrival time `tat`,
 --       T = ceil(window / limit), tau = (burst - 1) T, a start at t
 --       spending c allowed when t >= tat + (c - 1) T - tau)
--- Reply: {1, wait µs, 0, processes, start µs, then per GCRA budget: its
---        index (1-based), tat before, tat after} or {0, wait µs, index of
+-- Reply: {1, wait µs, 0, processes, start µs, n further starts, their
+--        starts µs, then per GCRA budget: its index (1-based), tat
+--        before, tat after} or {0, wait µs, index of
 --        the budget that decided it (1-based): the one whose window frees
 --        last, or whose latest grant the call must follow, processes}
 --        (processes: those in the heartbeat set, 0 without a heartbeat;
@@ -46,7 +58,12 @@ local slack = tonumber(ARGV[4])
 local not_before = tonumber(ARGV[5]) or 0
 local process = ARGV[6]
 local heartbeat = tonumber(ARGV[7]) or 0
-local count = math.floor((#ARGV - 7) / 4)
+local slots = tonumber(ARGV[8]) or 1
+local horizon = tonumber(ARGV[9]) or 0
+local lead = tonumber(ARGV[10]) or 0
+local stale = tonumber(ARGV[11]) or 0
+local first = 11 + stale
+local count = math.floor((#ARGV - first) / 4)
 
 local processes = 0
 if process ~= '' then
@@ -61,7 +78,7 @@ end
 
 local budgets = {}
 for i = 1, count do
-  local base = 7 + (i - 1) * 4
+  local base = first + (i - 1) * 4
   budgets[i] = {
     key = KEYS[i],
     limit = tonumber(ARGV[base + 1]),
@@ -83,76 +100,113 @@ local function cost_of(entry)
   return tonumber(string.sub(entry, at + 1)) or 1
 end
 
--- Forget what has left every window, and find the latest granted start.
-local start = now + not_before
-local latest = 0
-for i, b in ipairs(budgets) do
+-- Forget what has left every window, and the stale leased starts.
+for _, b in ipairs(budgets) do
   if b.burst == 0 then
     redis.call('ZREMRANGEBYSCORE', b.key, '-inf', '(' .. int(now - b.window + 1))
-    local last = redis.call('ZRANGE', b.key, -1, -1, 'WITHSCORES')
-    if last[2] and tonumber(last[2]) > start then
-      start = tonumber(last[2])
-      latest = i
+    for d = 1, stale do
+      redis.call('ZREM', b.key, ARGV[11 + d] .. '|' .. int(b.cost))
     end
   end
 end
 
--- Each budget's earliest start at or after `start`: once the oldest
--- entries have left its window, the rest plus the cost fit the limit.
--- Later is never worse (no entry lies after `start`), so the latest of
--- these suits them all.
-local decided = latest
-local common = start
-for i, b in ipairs(budgets) do
-  local earliest = start
-  if b.burst > 0 then
-    -- The bucket holds the whole cost at once from this time on.
-    if b.cost > 0 then
-      local fits = b.tat + (b.cost - 1) * b.interval - b.tau
-      if fits > earliest then earliest = fits end
-    end
-  else
-    local live = redis.call('ZRANGEBYSCORE', b.key, '(' .. int(start - b.window), '+inf', 'WITHSCORES')
-    local used = 0
-    for j = 1, #live, 2 do used = used + cost_of(live[j]) end
-    local excess = used + b.cost - b.limit
-    local j = 1
-    while excess > 0 and j <= #live do
-      excess = excess - cost_of(live[j])
-      earliest = tonumber(live[j + 1]) + b.window
-      j = j + 2
+-- The earliest start at or after `floor` at which every budget has room,
+-- never before the latest granted start, and the budget that decided it.
+local function place(floor)
+  local start = floor
+  local latest = 0
+  for i, b in ipairs(budgets) do
+    if b.burst == 0 then
+      local last = redis.call('ZRANGE', b.key, -1, -1, 'WITHSCORES')
+      if last[2] and tonumber(last[2]) > start then
+        start = tonumber(last[2])
+        latest = i
+      end
     end
   end
-  if earliest > common then
-    common = earliest
-    decided = i
+  -- Each budget's earliest start at or after `start`: once the oldest
+  -- entries have left its window, the rest plus the cost fit the limit.
+  -- Later is never worse (no entry lies after `start`), so the latest of
+  -- these suits them all.
+  local decided = latest
+  local common = start
+  for i, b in ipairs(budgets) do
+    local earliest = start
+    if b.burst > 0 then
+      -- The bucket holds the whole cost at once from this time on.
+      if b.cost > 0 then
+        local fits = b.tat + (b.cost - 1) * b.interval - b.tau
+        if fits > earliest then earliest = fits end
+      end
+    else
+      local live = redis.call('ZRANGEBYSCORE', b.key, '(' .. int(start - b.window), '+inf', 'WITHSCORES')
+      local used = 0
+      for j = 1, #live, 2 do used = used + cost_of(live[j]) end
+      local excess = used + b.cost - b.limit
+      local j = 1
+      while excess > 0 and j <= #live do
+        excess = excess - cost_of(live[j])
+        earliest = tonumber(live[j + 1]) + b.window
+        j = j + 2
+      end
+    end
+    if earliest > common then
+      common = earliest
+      decided = i
+    end
+  end
+  return common, decided
+end
+
+-- Charges one start at `common` as `name` in every budget.
+local function charge(common, name)
+  for _, b in ipairs(budgets) do
+    if b.burst > 0 then
+      if b.cost > 0 then
+        b.after = math.max(b.tat, common) + b.cost * b.interval
+      else
+        b.after = b.tat
+      end
+      local ms = math.ceil((b.after - now + slack) / 1000)
+      if ms < 1 then ms = 1 end
+      redis.call('SET', b.key, int(b.after), 'PX', int(ms))
+    else
+      redis.call('ZADD', b.key, int(common), name .. '|' .. int(b.cost))
+      local ms = math.ceil((common - now + b.window + slack) / 1000)
+      if ms < 1 then ms = 1 end
+      local current = redis.call('PTTL', b.key)
+      if current < ms then redis.call('PEXPIRE', b.key, int(ms)) end
+    end
   end
 end
 
+local common, decided = place(now + not_before)
 local wait = common - now
 if wait > max_wait then
   if decided == 0 then decided = 1 end
   return {0, wait, decided, processes}
 end
-local reply = {1, wait, 0, processes, common}
+charge(common, member)
+
+local further = {}
+for _, b in ipairs(budgets) do
+  if b.burst > 0 then slots = 1 end
+end
+local floor = now + math.max(not_before, lead)
+for k = 2, slots do
+  local at = place(floor)
+  if at - now > horizon then break end
+  charge(at, member .. '+' .. int(k))
+  further[#further + 1] = at
+end
+
+local reply = {1, wait, 0, processes, common, #further}
+for _, at in ipairs(further) do reply[#reply + 1] = at end
 for i, b in ipairs(budgets) do
   if b.burst > 0 then
-    local after = b.tat
-    if b.cost > 0 then
-      after = math.max(b.tat, common) + b.cost * b.interval
-    end
-    local ms = math.ceil((after - now + slack) / 1000)
-    if ms < 1 then ms = 1 end
-    redis.call('SET', b.key, int(after), 'PX', int(ms))
     reply[#reply + 1] = i
     reply[#reply + 1] = b.tat
-    reply[#reply + 1] = after
-  else
-    redis.call('ZADD', b.key, int(common), member .. '|' .. int(b.cost))
-    local ms = math.ceil((common - now + b.window + slack) / 1000)
-    if ms < 1 then ms = 1 end
-    local current = redis.call('PTTL', b.key)
-    if current < ms then redis.call('PEXPIRE', b.key, int(ms)) end
+    reply[#reply + 1] = b.after
   end
 end
 return reply
