@@ -153,6 +153,28 @@ impl Outcome {
         self
     }
 
+    /// A deferral of a call that calls of higher priority displaced (they
+    /// took the slot or the queue place it waited for): reason `priority`,
+    /// whichever window then deferred it. Any other outcome is returned as is.
+    pub(crate) fn outranked(self) -> Self {
+        match self {
+            Outcome::RateLimited {
+                scope,
+                reason: Reason::Throttled,
+                retry_after_ms,
+                window,
+                ..
+            } => Outcome::RateLimited {
+                scope,
+                reason: Reason::Priority,
+                retry_after_ms,
+                window,
+                hint: "Calls of higher priority on this key took this call's turn; wait, then re-issue the same call.".to_owned(),
+            },
+            other => other,
+        }
+    }
+
     /// A spent quota on `scope`, resetting in `retry_after`.
     pub fn quota_exhausted(scope: &str, retry_after: Duration) -> Self {
         let hint = if retry_after >= Duration::from_secs(6 * 3600) {

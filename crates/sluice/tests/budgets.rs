@@ -637,6 +637,54 @@ async fn a_high_call_is_not_kept_out_by_low_calls_sleeping_on_every_permit() {
     );
 }
 
+/// A call whose slot a higher one took, and which then cannot wait for
+/// the next within its inline wait, is deferred with reason `priority`:
+/// at 1/1s with a 1.5 s inline wait, low call 1 holds the slot at 1 s;
+/// the high call at 100 ms takes it (its own next, 2 s, is past its
+/// inline wait too), and call 1's next (2 s) is then 1.9 s off.
+#[tokio::test(start_paused = true)]
+async fn a_call_displaced_by_a_higher_one_is_deferred_for_priority() {
+    let sim = Sim::always_ok(10);
+    let config = GateConfig::default()
+        .defaults(Defaults {
+            window_margin: Duration::ZERO,
+            inline_wait: Duration::from_millis(1_500),
+            ..Defaults::default()
+        })
+        .credential(
+            "key",
+            CredentialConfig::with_rate(rate("1/1s")).max_in_flight(10),
+        )
+        .tool("read", ToolConfig::write("key"));
+    let gate = std::sync::Arc::new(build_gate(config, &sim));
+    let spawn = |n: usize, priority: Priority, after_ms: u64| {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            gate.turn().call(call("read", n).priority(priority)).await
+        })
+    };
+    let (first, low, high) = (
+        spawn(0, Priority::Low, 0),
+        spawn(1, Priority::Low, 1),
+        spawn(2, Priority::High, 100),
+    );
+    assert!(first.await.unwrap().is_ok());
+    assert!(high.await.unwrap().is_ok());
+    let low = low.await.unwrap();
+    assert_eq!(
+        window_of(&low).map(|(scope, reason, _)| (scope, reason)),
+        Some(("api_key", Reason::Priority)),
+        "{low:?}"
+    );
+    let starts: Vec<(u64, f64)> = sim
+        .records()
+        .iter()
+        .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
+        .collect();
+    assert_eq!(starts, [(0, 0.0), (2, 1_000.0)]);
+}
+
 /// Call `n` of `calls` (its priority, and when it comes, in ms) on one
 /// gate over `credential` (no window margin, a 10 s inline wait); every
 /// call must succeed, at most `max_in_flight` at once. The recorded start

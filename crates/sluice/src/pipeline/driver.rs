@@ -181,6 +181,9 @@ async fn attempts<E: Executor>(
     };
 
     let mut attempt: u32 = 0;
+    // Whether calls of higher priority took this one's slot: a deferral
+    // after that is theirs, reason `priority`.
+    let mut outranked = false;
     loop {
         // Step 5: a start slot, waiting inline if it is short and fits.
         let start = if shadow {
@@ -204,14 +207,16 @@ async fn attempts<E: Executor>(
                 // for: its permits go back, and it queues again behind it.
                 drop(admitted.take_permit());
                 drop(group_permit.take());
+                outranked = true;
                 let mut clock = engine.clock();
                 match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
                     Ok(permits) => (group_permit, admitted) = permits,
-                    Err(outcome) => return outcome.into(),
+                    Err(outcome) => return outcome.outranked().into(),
                 }
                 (at, now) = clock;
                 continue;
             }
+            Err(outcome) if outranked => return outcome.outranked().into(),
             Err(outcome) => return outcome.into(),
         };
 

@@ -189,10 +189,23 @@ pub(super) async fn start<'a, E: Executor>(
             .saturating_sub(micros(at.saturating_duration_since(began)));
         let max_wait = inline_left.min(remaining - 1);
         let latest = now.saturating_add(max_wait);
-        let local = reserve_all(scopes, now, now, max_wait, job)
-            .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
+        let budget = engine.shared_for(job.credential);
+        let seats = &job.credential.seats;
+        let priority = job.ask.priority;
+        let outranks = job.credential.outranks && budget.is_none();
+        let local = match reserve_all(scopes, now, now, max_wait, job) {
+            Ok(local) => local,
+            // No slot within the wait, but calls it outranks sleep on
+            // earlier ones: it takes theirs (they queue again behind it).
+            Err((_, deferred)) if outranks && seats.outranks(priority, deferred.until) => {
+                seats.outrank(priority, deferred.until);
+                reserve_all(scopes, now, now, max_wait, job)
+                    .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?
+            }
+            Err((scope, deferred)) => return Err(no_slot(&scope, deferred, now)),
+        };
         let start = local.start().unwrap_or(now);
-        let (mut local, mut start, shared) = match engine.shared_for(job.credential) {
+        let (mut local, mut start, shared) = match budget {
             None => (local, start, None),
             Some(budget) => {
                 let (local, start, grant) =
@@ -204,9 +217,6 @@ pub(super) async fn start<'a, E: Executor>(
         if shared.is_some() {
             (at, now) = engine.clock();
         }
-        let seats = &job.credential.seats;
-        let priority = job.ask.priority;
-        let outranks = job.credential.outranks && shared.is_none();
         // A call that would wait behind waiting calls it outranks takes
         // their slots: its own goes back first (the latest), then theirs,
         // and it reserves again at once, with no await in between.
