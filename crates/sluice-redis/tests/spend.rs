@@ -445,3 +445,62 @@ async fn a_lease_places_further_starts_charged_in_every_budget() {
         .unwrap();
     assert_eq!(back.spent, Spent::Granted { wait: 0 }, "{back:?}");
 }
+
+/// Room a true-up leaves in front of a later grant goes to the next call
+/// that fits it in every window, and no grant moves: tokens at 1,000 a
+/// minute, `a` spends 600 at 0 and `b` 600 (granted at 60 s, when `a`
+/// leaves); `a` settles at 100. At 1 s, 300 more fit in front of `b`
+/// (100 + 300 now, 300 + 600 in the minute ending at `b`); 500 more would
+/// overfill `b`'s minute, and go after it.
+#[tokio::test]
+async fn a_settled_cost_leaves_room_in_front_of_later_grants() {
+    let server = RedisServer::start();
+    let conn = connection(&server).await;
+    let scripts = SpendScripts::default();
+    let keys = keys();
+    let reserve = |tokens: u64, member: &'static str, at: u64| {
+        let scripts = scripts.clone();
+        let keys = keys.clone();
+        let mut conn = conn.clone();
+        async move {
+            scripts
+                .reserve(
+                    &mut conn,
+                    &keys,
+                    &llm(tokens),
+                    member,
+                    120 * S,
+                    Clock::At(at),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(reserve(600, "a", 0).await, Spent::Granted { wait: 0 });
+    assert_eq!(reserve(600, "b", 0).await, Spent::Granted { wait: 60 * S });
+    let settled = scripts
+        .settle(&mut conn.clone(), &keys, &llm(600)[1..], "a", 100)
+        .await
+        .unwrap();
+    assert_eq!(settled, 1);
+    assert_eq!(reserve(300, "c", S).await, Spent::Granted { wait: 0 });
+    // 100 left in the minute ending at 60 s, and `b` alone 600 of the
+    // minute after it: the next 500 start when `b` leaves.
+    assert_eq!(reserve(500, "d", S).await, Spent::Granted { wait: 119 * S });
+    let starts: Vec<(String, u64)> = server.command(&[
+        "ZRANGE",
+        "sluice:{openai}:b:tokens:0",
+        "0",
+        "-1",
+        "WITHSCORES",
+    ]);
+    assert_eq!(
+        starts,
+        [
+            ("a|100".to_owned(), 0),
+            ("c|300".to_owned(), S),
+            ("b|600".to_owned(), 60 * S),
+            ("d|500".to_owned(), 120 * S),
+        ]
+    );
+}

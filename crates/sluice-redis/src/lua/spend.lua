@@ -7,8 +7,11 @@
 -- start is the earliest instant at which every budget has room, never
 -- before the latest start already granted in any of them (starts are
 -- granted in order, so a window ending at the new start is the only one
--- it can overfill). A start further off than `max_wait` is denied and
--- charges nothing; a granted one is charged in every budget at once.
+-- it can overfill), unless the call fits as asked (at `not_before`) in
+-- every window it would share with the later grants: then it starts
+-- there, in the room a refund or a true-up left in front of them. A start
+-- further off than `max_wait` is denied and charges nothing; a granted one
+-- is charged in every budget at once.
 --
 -- Every key is `{prefix}:{cred}:b:...`: one hash slot per credential.
 -- A log member is `{member}|{cost}`: the cost travels with the start, so
@@ -158,6 +161,42 @@ local function place(floor)
   return common, decided
 end
 
+-- Whether a start at `t` costing each budget its cost fits every window
+-- it would share with starts already granted, those after it included:
+-- for each window ending at `t` or at a start in [t, t + window), the
+-- starts in it plus the cost stay within the limit. Room that a refund or
+-- a true-up below the estimate left in front of later grants is so used,
+-- and no granted start moves. (A GCRA bucket keeps no such room.)
+local function fits_at(t)
+  for _, b in ipairs(budgets) do
+    if b.burst > 0 then return false end
+    local live = redis.call('ZRANGEBYSCORE', b.key, '(' .. int(t - b.window), '(' .. int(t + b.window), 'WITHSCORES')
+    local times, costs = {}, {}
+    for j = 1, #live, 2 do
+      times[#times + 1] = tonumber(live[j + 1])
+      costs[#costs + 1] = cost_of(live[j])
+    end
+    -- Window ends: `t`, then every start in [t, t + window).
+    local left, sum, right = 1, 0, 0
+    local function over(s)
+      while right < #times and times[right + 1] <= s do
+        right = right + 1
+        sum = sum + costs[right]
+      end
+      while left <= right and times[left] <= s - b.window do
+        sum = sum - costs[left]
+        left = left + 1
+      end
+      return sum + b.cost > b.limit
+    end
+    if over(t) then return false end
+    for j = 1, #times do
+      if times[j] >= t and over(times[j]) then return false end
+    end
+  end
+  return true
+end
+
 -- Charges one start at `common` as `name` in every budget.
 local function charge(common, name)
   for _, b in ipairs(budgets) do
@@ -180,7 +219,10 @@ local function charge(common, name)
   end
 end
 
-local common, decided = place(now + not_before)
+local floor = now + not_before
+local common, decided = place(floor)
+-- Later grants put it off: it may still fit as asked, in front of them.
+if common > floor and fits_at(floor) then common = floor end
 local wait = common - now
 if wait > max_wait then
   if decided == 0 then decided = 1 end
@@ -192,7 +234,7 @@ local further = {}
 for _, b in ipairs(budgets) do
   if b.burst > 0 then slots = 1 end
 end
-local floor = now + math.max(not_before, lead)
+floor = now + math.max(not_before, lead)
 for k = 2, slots do
   local at = place(floor)
   if at - now > horizon then break end
