@@ -295,9 +295,16 @@ impl RedisBudget {
             }
             not_before = not_before.max(late.at);
         }
-        let leasing = Leasing {
-            max_lease: self.inner.leases.max_lease(),
-            processes: cred.state.lock().processes,
+        // Neither in fallback (a leased start handed out then would be one
+        // the local cells, which took in the shared starts at the switch,
+        // do not count) nor while recovering from it (the local cells
+        // bound every start then, and leased starts would only go stale).
+        let leasing = {
+            let state = cred.state.lock();
+            (state.mode.0 == Mode::Shared && recovering.is_none()).then(|| Leasing {
+                max_lease: self.inner.leases.max_lease(),
+                processes: state.processes,
+            })
         };
         let asked = self
             .inner
@@ -306,7 +313,7 @@ impl RedisBudget {
                 &self.inner.runner,
                 request,
                 (since(not_before, now), since(latest, now)),
-                Some(leasing),
+                leasing,
             )
             .await;
         let (decision, leased) = match asked {
@@ -367,7 +374,12 @@ impl SharedBudget for RedisBudget {
                 let cred = self.inner.credentials.get(credential);
                 cred.state.lock().fallback.spends.refund(id);
             }
-            Refund::Slot(token) => self.inner.jobs.refund(credential, vec![token]),
+            Refund::Slot(token) => {
+                // Room comes back: what Redis said is free no longer holds.
+                let cred = self.inner.credentials.get(credential);
+                cred.state.lock().busy_until = None;
+                self.inner.jobs.refund(credential, vec![token]);
+            }
             Refund::Nothing => {}
         }
     }

@@ -62,7 +62,9 @@ pub(crate) struct CredState {
     pub(crate) decisions: DecisionCounts,
     /// The limit the last call asked for (the status shows its fallback share).
     pub(crate) limit: Option<SharedLimit>,
-    /// The earliest free shared slot, as the last denial said.
+    /// The earliest free shared slot, as the last answer said (a denial's
+    /// wait, or a grant's next start); forgotten when this process gives
+    /// room back or hears of a hold.
     pub(crate) busy_until: Option<Instant>,
 }
 

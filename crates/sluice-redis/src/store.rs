@@ -170,6 +170,9 @@ pub enum Reserved {
         view: View,
         /// The slots.
         slots: Vec<SlotGrant>,
+        /// The first scope's limit has no start free before this, from
+        /// now (µs), blocks aside; `None` without a limit.
+        next: Option<Micros>,
     },
     /// No slot within the acceptable wait; nothing charged.
     Denied {
@@ -456,7 +459,12 @@ fn parse_reserved(value: Value, first: &str) -> Result<Reserved, Error> {
             if slots.is_empty() {
                 return Err(Error::Reply("a grant without slots".into()));
             }
-            Ok(Reserved::Granted { view, slots })
+            // -1 (no limit), or absent from an older script.
+            let next = match items.get(6) {
+                Some(Value::Int(n)) => Micros::try_from(*n).ok(),
+                _ => None,
+            };
+            Ok(Reserved::Granted { view, slots, next })
         }
         0 => {
             let wait = micros_of(field(4)?)?;

@@ -146,7 +146,7 @@ impl Spends {
         }
     }
 
-    /// A leased start of `key`'s pool in `[from, to]`, and the starts of
+    /// A leased start of `key`'s pool in `[from, to]` (when `take`), and the starts of
     /// `key`'s pool whose time passed unused (for the next spend script to
     /// give back); those of every other pool are given back here.
     fn pooled(
@@ -155,6 +155,7 @@ impl Spends {
         key: &SpendKey,
         (from, to): (Instant, Instant),
         now: Instant,
+        take: bool,
     ) -> (Option<Pooled<String>>, Vec<String>) {
         let (slot, own, others) = {
             let mut pools = self.pools.lock();
@@ -168,7 +169,10 @@ impl Spends {
                 }
                 !pool.idle(now, POOL_IDLE)
             });
-            let slot = pools.get_mut(key).and_then(|pool| pool.take(from, to, now));
+            let slot = pools
+                .get_mut(key)
+                .filter(|_| take)
+                .and_then(|pool| pool.take(from, to, now));
             (slot, own, others)
         };
         self.refund_all(runner, others);
@@ -289,7 +293,7 @@ impl Spends {
         let now = Instant::now();
         let key: SpendKey = (request.credential.to_owned(), budgets.clone());
         let window = (now + not_before, now + max_wait);
-        let (slot, stale) = self.pooled(runner, &key, window, now);
+        let (slot, stale) = self.pooled(runner, &key, window, now, leasing.is_some());
         if let Some(slot) = slot {
             self.refund_all(runner, stale);
             return Asked::Leased(Decision::Granted {

@@ -125,12 +125,17 @@ impl Fallback {
         let result =
             self.cell(scope, limit)
                 .reserve(now_us, from.max(now_us), to.saturating_sub(now_us));
+        // Deciding here, granted or not, starts a spell: the cell holds the
+        // shared starts a Redis back from a restart may have forgotten, so
+        // it bounds the shared starts for a window after it too.
+        let window = limit.map_or(Duration::ZERO, |l| l.rate.window());
+        let start = result
+            .as_ref()
+            .map_or(now, |reservation| self.instant(reservation.start()));
+        let until = start + window;
+        self.local_until = Some(self.local_until.map_or(until, |u| u.max(until)));
         match result {
             Ok(reservation) => {
-                let start = self.instant(reservation.start());
-                let window = limit.map_or(Duration::ZERO, |l| l.rate.window());
-                let until = start + window;
-                self.local_until = Some(self.local_until.map_or(until, |u| u.max(until)));
                 self.next += 1;
                 let id = self.next;
                 self.grants.retain(|_, (_, _, at)| *at + GRANT_MEMORY > now);

@@ -185,6 +185,15 @@ impl SpendCells {
         latest: Instant,
     ) -> Result<(Instant, u64), NotBefore> {
         let (now_us, from, to) = (self.at(now), self.at(not_before), self.at(latest));
+        // Deciding here, granted or not, starts a spell: the cells hold the
+        // shared spends a Redis back from a restart may have forgotten, so
+        // they bound the shared starts for a window after it too.
+        let longest = windows
+            .iter()
+            .map(|w| w.rate.window())
+            .max()
+            .unwrap_or(Duration::ZERO);
+        self.hold_until(now + longest, share);
         let start = self
             .common_start(windows, share, now_us, from, to)
             .map_err(|(at, window)| NotBefore {
@@ -192,25 +201,27 @@ impl SpendCells {
                 window,
             })?;
         let mut charged = Vec::with_capacity(windows.len());
-        let mut longest = Duration::ZERO;
         for window in windows {
             let key = key(window);
             let limit = scaled(window, share);
             let reservation = self
                 .cell(&key, &window.scope, limit)
                 .charge_at(start, window.cost);
-            longest = longest.max(window.rate.window());
             charged.push((key, window.unit.clone(), reservation));
         }
         let begins = self.instant(start);
-        let until = begins + longest;
-        self.local_until = Some(self.local_until.map_or(until, |u| u.max(until)));
-        self.spell_share = Some(share);
+        self.hold_until(begins + longest, share);
         self.next += 1;
         let id = self.next;
         self.grants.retain(|_, held| held.at + GRANT_MEMORY > now);
         self.grants.insert(id, Held { charged, at: now });
         Ok((begins, id))
+    }
+
+    /// The local spends count until `until` at least, at `share`.
+    fn hold_until(&mut self, until: Instant, share: f64) {
+        self.local_until = Some(self.local_until.map_or(until, |u| u.max(until)));
+        self.spell_share = Some(share);
     }
 
     /// Remembers a spend Redis granted at `at`, forgetting those a window
@@ -491,5 +502,26 @@ mod tests {
         );
         assert_eq!(f.recovering(&call(5), 0.5, t0 + 10 * s, t0 + 10 * s), None);
         assert_eq!(f.share_in_force(1.0), 1.0);
+    }
+
+    /// A spell whose every local decision was a denial (the cells full of
+    /// the shared spends they took in) still bounds the shared starts for
+    /// a window after it: a Redis back from a restart has forgotten those
+    /// spends, and without this it let a whole window more through.
+    #[test]
+    fn a_spell_of_denials_still_bounds_the_shared_starts_after_it() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut f = SpendCells::new(t0);
+        // Shared spends filling the share of the 10 s window (10 of 20 at half).
+        for i in 0..10 {
+            f.remember(&call(1), t0 + i * s / 10, t0);
+        }
+        f.take_over(0.5);
+        let denied = f.reserve(&call(1), 0.5, t0 + s, t0 + s, t0 + 2 * s);
+        assert!(denied.is_err(), "{denied:?}");
+        // Back in shared mode at 3 s: the cells still hold the call back.
+        let late = f.recovering(&call(1), 0.5, t0 + 3 * s, t0 + 3 * s).unwrap();
+        assert!(late.at >= t0 + 10 * s, "{late:?}");
     }
 }

@@ -108,6 +108,8 @@ impl Leases {
                 let mut stale = state.pool.rekey(key);
                 stale.extend(state.pool.sweep(now));
                 if !stale.is_empty() {
+                    // Room comes back: what Redis said is free no longer holds.
+                    state.busy_until = None;
                     self.jobs.refund(&cred.name, stale);
                 }
                 if let Some(slot) = state.pool.take(not_before, latest, now) {
@@ -269,14 +271,17 @@ impl Leases {
                 state.pool.last_failed = result.is_err();
             }
             match result {
-                Ok(Reserved::Granted { view, slots }) => {
+                Ok(Reserved::Granted { view, slots, next }) => {
                     if view.processes > 0 {
                         state.processes = view.processes;
                     }
                     state.holds.absorb(&view, received);
                     state.mode = (Mode::Shared, None);
                     state.decisions.shared += 1;
-                    state.busy_until = None;
+                    // Nothing else is free before the limit's next start:
+                    // until then, a caller that finds the pool empty and
+                    // cannot wait that long is denied without a round trip.
+                    state.busy_until = next.map(|next| received + Duration::from_micros(next));
                     let mut slots = slots.into_iter().map(|slot| Pooled {
                         at: received + Duration::from_micros(slot.wait),
                         token: slot.token,

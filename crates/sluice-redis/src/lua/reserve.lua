@@ -16,9 +16,13 @@
 --       9 member prefix (unique per call), 10 process id ('' = none),
 --       11 heartbeat window µs, 12 TTL slack µs, 13 immediate, 14 lead µs,
 --       15.. scope fields
--- Reply: {1, processes, blocks, quotas, generation, {wait, undo, ...}}
+-- Reply: {1, processes, blocks, quotas, generation, {wait, undo, ...}, next}
 --     or {0, processes, blocks, quotas, wait, scope index, 'quota'|'blocked'|'rate'}
--- where blocks and quotas are {field, µs from now, ...} for every active one.
+-- where blocks and quotas are {field, µs from now, ...} for every active
+-- one, and next is how far from now the first scope's limit (blocks
+-- aside) has its next start after the slots granted (-1: no limit): the
+-- caller's process knows no start is free before it.
+
 
 local function int(x) return string.format('%d', x) end
 local function ttl_ms(us)
@@ -104,7 +108,8 @@ if alg == 'w' then
   if count > 0 then
     local top = redis.call('ZREVRANGE', KEYS[4], 0, 0, 'WITHSCORES')
     last = tonumber(top[2])
-    local lo = p1 - want
+    -- One rank more than the slots need: the next start after them.
+    local lo = p1 - want - 1
     if lo < 0 then lo = 0 end
     local rows = redis.call('ZREVRANGE', KEYS[4], lo, p1 - 1, 'WITHSCORES')
     for i = 2, #rows, 2 do ranked[lo + i / 2] = tonumber(rows[i]) end
@@ -206,4 +211,6 @@ for i, t in ipairs(placed) do
   slots[#slots + 1] = t - now
   slots[#slots + 1] = undo[i]
 end
-return {1, processes, block_list, quota_list, generation, slots}
+local next = -1
+if alg ~= 'n' then next = earliest(now) - now end
+return {1, processes, block_list, quota_list, generation, slots, next}
