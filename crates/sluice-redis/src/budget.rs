@@ -144,6 +144,7 @@ impl RedisBudget {
             &inner.config,
             &inner.runner,
             &inner.credentials,
+            &inner.spends,
             inner.events_live.load(Ordering::SeqCst),
         )
     }

@@ -12,6 +12,7 @@ use crate::breaker::BreakerState;
 use crate::credential::{Cred, Credentials, DecisionCounts, Mode};
 use crate::fallback::{share, share_of};
 use crate::runner::{BreakerView, ErrorCounts, Runner};
+use crate::windows::Spends;
 
 /// The backend as a whole.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -51,6 +52,9 @@ pub struct CredentialStatus {
     pub lease_size: u32,
     /// Leased slots waiting for callers.
     pub pooled_slots: usize,
+    /// Leased starts of spends on several windows, groups or units
+    /// waiting for callers (every spend's pool of the credential).
+    pub pooled_spends: usize,
     /// Processes the heartbeat last counted on this credential.
     pub processes_seen: u32,
     /// The rate this process would use in fallback, starts per second.
@@ -64,6 +68,7 @@ pub(crate) fn status(
     config: &RedisConfig,
     runner: &Runner,
     credentials: &Credentials,
+    spends: &Spends,
     events_live: bool,
 ) -> Status {
     let breaker = runner.breaker(Instant::now());
@@ -71,7 +76,11 @@ pub(crate) fn status(
     let mut creds: Vec<CredentialStatus> = credentials
         .all()
         .iter()
-        .map(|cred| credential(cred, config, &breaker, last_error.as_deref()))
+        .map(|cred| {
+            let mut line = credential(cred, config, &breaker, last_error.as_deref());
+            line.pooled_spends = spends.waiting(&cred.name);
+            line
+        })
         .collect();
     creds.sort_by(|a, b| a.credential.cmp(&b.credential));
     Status {
@@ -120,6 +129,7 @@ fn credential(
         reason,
         lease_size: state.pool.size(),
         pooled_slots: state.pool.pooled(),
+        pooled_spends: 0,
         processes_seen: state.processes,
         fallback_per_sec: state.limit.map(|l| share_of(l, share).rate.per_sec()),
         decisions: DecisionCounts {

@@ -179,6 +179,16 @@ impl Spends {
         (slot, own)
     }
 
+    /// Leased starts waiting for callers on `credential`, every spend's.
+    pub(crate) fn waiting(&self, credential: &str) -> usize {
+        self.pools
+            .lock()
+            .iter()
+            .filter(|((name, _), _)| name == credential)
+            .map(|(_, pool)| pool.pooled())
+            .sum()
+    }
+
     fn refund_all(self: &Arc<Self>, runner: &Arc<Runner>, members: Vec<String>) {
         for member in members {
             self.refund(runner, &member);
