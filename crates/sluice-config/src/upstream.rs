@@ -117,5 +117,13 @@ fn base_url(text: &str, field: &str) -> Result<Url, ConfigError> {
             "{text:?} must not have a query or fragment; use secret_env for keys"
         )));
     }
+    // A URL host may hold characters (`*`, `}`) that a request's
+    // authority cannot: refused here, not when the client is built.
+    let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
+    if http::uri::Authority::try_from(authority).is_err() {
+        return Err(invalid(format!(
+            "{text:?} has a host an HTTP request cannot name"
+        )));
+    }
     Ok(url)
 }

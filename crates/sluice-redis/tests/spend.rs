@@ -360,7 +360,7 @@ async fn a_bucket_beside_a_window_spends_all_or_nothing() {
 async fn a_lease_places_further_starts_charged_in_every_budget() {
     use sluice_redis::spend::{Lease, Seen, Window, further_member};
     let server = RedisServer::start();
-    let mut conn = connection(&server).await;
+    let conn = connection(&server).await;
     let scripts = SpendScripts::default();
     // Requests at 3 a second and tokens at 40 a second, 10 a call: the
     // tokens admit four calls a second, the requests three.
@@ -368,29 +368,36 @@ async fn a_lease_places_further_starts_charged_in_every_budget() {
         Budget::requests("api_key", 0, 3, S),
         Budget::unit("tokens", 0, 40, S, 10),
     ];
-    let window = Window {
-        not_before: 0,
-        max_wait: 0,
+    let leased = |member: &'static str, max_wait, (slots, horizon), stale: Vec<String>, at| {
+        let (scripts, budgets, mut conn) = (scripts.clone(), budgets.clone(), conn.clone());
+        async move {
+            let window = Window {
+                not_before: 0,
+                max_wait,
+            };
+            let lease = Lease {
+                slots,
+                horizon,
+                lead: S / 50,
+                stale: &stale,
+            };
+            let seen: Seen = scripts
+                .reserve_leased(
+                    &mut conn,
+                    &keys(),
+                    &budgets,
+                    member,
+                    window,
+                    lease,
+                    None,
+                    Clock::At(at),
+                )
+                .await
+                .unwrap();
+            seen
+        }
     };
-    let lease = |slots, horizon, stale: &'static [String]| Lease {
-        slots,
-        horizon,
-        lead: S / 50,
-        stale,
-    };
-    let seen: Seen = scripts
-        .reserve_leased(
-            &mut conn,
-            &keys(),
-            &budgets,
-            "m",
-            window,
-            lease(5, 2 * S, &[]),
-            None,
-            Clock::At(0),
-        )
-        .await
-        .unwrap();
+    let seen = leased("m", 0, (5, 2 * S), vec![], 0).await;
     assert_eq!(seen.spent, Spent::Granted { wait: 0 });
     // The call's own at once, two more no sooner than the 20 ms lead (the
     // requests' 3 in the first second), the fourth when the start at 0
@@ -408,41 +415,13 @@ async fn a_lease_places_further_starts_charged_in_every_budget() {
     assert_eq!(further_member("m", 0), "m+2");
     // A horizon holds further starts to what is near: after this call's
     // at 1.02 s, the next would wait for 2 s.
-    let near: Seen = scripts
-        .reserve_leased(
-            &mut conn,
-            &keys(),
-            &budgets,
-            "n",
-            Window {
-                not_before: 0,
-                max_wait: 3 * S,
-            },
-            lease(3, S / 2, &[]),
-            None,
-            Clock::At(S),
-        )
-        .await
-        .unwrap();
+    let near = leased("n", 3 * S, (3, S / 2), vec![], S).await;
     assert_eq!(near.spent, Spent::Granted { wait: S / 50 });
     assert!(near.further.is_empty(), "{near:?}");
     // Stale members of the lease go back first: with m+4 and m+5 unused,
     // a call at 1.1 s starts at once (with them, it would wait for 2 s).
-    static STALE: std::sync::LazyLock<Vec<String>> =
-        std::sync::LazyLock::new(|| vec!["m+4".to_owned(), "m+5".to_owned()]);
-    let back: Seen = scripts
-        .reserve_leased(
-            &mut conn,
-            &keys(),
-            &budgets,
-            "o",
-            window,
-            lease(1, 0, STALE.as_slice()),
-            None,
-            Clock::At(S + S / 10),
-        )
-        .await
-        .unwrap();
+    let stale = vec!["m+4".to_owned(), "m+5".to_owned()];
+    let back = leased("o", 0, (1, 0), stale, S + S / 10).await;
     assert_eq!(back.spent, Spent::Granted { wait: 0 }, "{back:?}");
 }
 

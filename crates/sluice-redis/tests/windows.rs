@@ -52,13 +52,22 @@ impl Executor for Recorder {
 fn gate(recorder: &Recorder, budget: Arc<RedisBudget>, seed: u64) -> Gate<Recorder> {
     let credential = CredentialConfig::with_rate("5/1s".parse().unwrap())
         .window("20/10s".parse().unwrap())
-        .unit("tokens", UnitConfig::with_rate("40/1s".parse().unwrap()))
-        .shared(true)
-        .max_in_flight(8)
-        .queue(64);
+        .unit("tokens", UnitConfig::with_rate("40/1s".parse().unwrap()));
     let tool = ToolConfig::read("key")
         .cost("tokens", Cost::Argument("max_tokens".into()))
         .settle("tokens", Settle::Header("x-used".into()));
+    gate_of(recorder, budget, seed, credential, tool)
+}
+
+/// A gate over `credential` (made shared, 8 in flight) with `tool` as `chat`.
+fn gate_of(
+    recorder: &Recorder,
+    budget: Arc<RedisBudget>,
+    seed: u64,
+    credential: CredentialConfig,
+    tool: ToolConfig,
+) -> Gate<Recorder> {
+    let credential = credential.shared(true).max_in_flight(8).queue(64);
     let config = GateConfig::default()
         .defaults(Defaults {
             // Loopback on a loaded two-core machine: as the other Redis tests.
@@ -72,6 +81,14 @@ fn gate(recorder: &Recorder, budget: Arc<RedisBudget>, seed: u64) -> Gate<Record
         .shared(budget)
         .build()
         .unwrap()
+}
+
+async fn connect(server: &RedisServer) -> Arc<RedisBudget> {
+    Arc::new(
+        RedisBudget::connect(redis_config(&server.url()))
+            .await
+            .unwrap(),
+    )
 }
 
 async fn drive(
@@ -123,13 +140,7 @@ async fn two_gates_hold_every_window_and_settle_the_unit() {
         began: Instant::now(),
         starts: Arc::new(Mutex::new(Vec::new())),
     };
-    let a = RedisBudget::connect(redis_config(&server.url()))
-        .await
-        .unwrap();
-    let b = RedisBudget::connect(redis_config(&server.url()))
-        .await
-        .unwrap();
-    let (a, b) = (Arc::new(a), Arc::new(b));
+    let (a, b) = (connect(&server).await, connect(&server).await);
     let gate_a = Arc::new(gate(&recorder, a.clone(), 1));
     let gate_b = Arc::new(gate(&recorder, b.clone(), 2));
     let until = tokio::time::Instant::now() + Duration::from_millis(5_500);
@@ -163,16 +174,7 @@ async fn a_settled_cost_frees_the_unit_for_the_other_gate() {
         began: Instant::now(),
         starts: Arc::new(Mutex::new(Vec::new())),
     };
-    let a = Arc::new(
-        RedisBudget::connect(redis_config(&server.url()))
-            .await
-            .unwrap(),
-    );
-    let b = Arc::new(
-        RedisBudget::connect(redis_config(&server.url()))
-            .await
-            .unwrap(),
-    );
+    let (a, b) = (connect(&server).await, connect(&server).await);
     let gates = [gate(&recorder, a, 1), gate(&recorder, b, 2)];
     for i in 0..6 {
         let call = Call::new("chat", json!({ "q": i, "max_tokens": ESTIMATE }))
@@ -208,31 +210,12 @@ async fn a_burst_beside_a_window_is_one_bucket_over_both_gates() {
     let bucket = |budget: Arc<RedisBudget>, seed: u64| {
         let credential = CredentialConfig::with_rate("10/1s".parse().unwrap())
             .burst(2)
-            .window("20/10s".parse().unwrap())
-            .shared(true)
-            .max_in_flight(8)
-            .queue(64);
-        let config = GateConfig::default()
-            .defaults(Defaults {
-                window_margin: Duration::from_millis(100),
-                ..Defaults::default()
-            })
-            .credential("key", credential)
-            .tool("chat", ToolConfig::read("key"));
-        Gate::builder(config, recorder.clone())
-            .seed(seed)
-            .shared(budget)
-            .build()
-            .unwrap()
+            .window("20/10s".parse().unwrap());
+        gate_of(&recorder, budget, seed, credential, ToolConfig::read("key"))
     };
-    let a = RedisBudget::connect(redis_config(&server.url()))
-        .await
-        .unwrap();
-    let b = RedisBudget::connect(redis_config(&server.url()))
-        .await
-        .unwrap();
-    let gate_a = Arc::new(bucket(Arc::new(a), 1));
-    let gate_b = Arc::new(bucket(Arc::new(b), 2));
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let gate_a = Arc::new(bucket(a, 1));
+    let gate_b = Arc::new(bucket(b, 2));
     let until = tokio::time::Instant::now() + Duration::from_millis(3_000);
     let (ok_a, ok_b) = tokio::join!(drive(gate_a, "a", until), drive(gate_b, "b", until));
     let starts = recorder.starts.lock().clone();
@@ -326,34 +309,11 @@ async fn leases_count_in_every_window_and_unit() {
     let leased = |budget: Arc<RedisBudget>, seed: u64| {
         let credential = CredentialConfig::with_rate("20/1s".parse().unwrap())
             .window("30/10s".parse().unwrap())
-            .unit("tokens", UnitConfig::with_rate("120/1s".parse().unwrap()))
-            .shared(true)
-            .max_in_flight(8)
-            .queue(64);
+            .unit("tokens", UnitConfig::with_rate("120/1s".parse().unwrap()));
         let tool = ToolConfig::read("key").cost("tokens", Cost::Fixed(ESTIMATE));
-        let config = GateConfig::default()
-            .defaults(Defaults {
-                window_margin: Duration::from_millis(100),
-                ..Defaults::default()
-            })
-            .credential("key", credential)
-            .tool("chat", tool);
-        Gate::builder(config, recorder.clone())
-            .seed(seed)
-            .shared(budget)
-            .build()
-            .unwrap()
+        gate_of(&recorder, budget, seed, credential, tool)
     };
-    let a = Arc::new(
-        RedisBudget::connect(redis_config(&server.url()))
-            .await
-            .unwrap(),
-    );
-    let b = Arc::new(
-        RedisBudget::connect(redis_config(&server.url()))
-            .await
-            .unwrap(),
-    );
+    let (a, b) = (connect(&server).await, connect(&server).await);
     let before = server.round_trips();
     let gate_a = Arc::new(leased(a.clone(), 1));
     let gate_b = Arc::new(leased(b.clone(), 2));

@@ -313,6 +313,11 @@ fn invalid_values_name_their_field() {
             base.replace("http://127.0.0.1:9000", "http://127.0.0.1:9000/?key=1"),
             "credentials.support.base_url",
         ),
+        // Found by the config fuzzer: a host `url` takes and a request cannot.
+        (
+            base.replace("http://127.0.0.1:9000", "https://api.exa*ple.co}"),
+            "credentials.support.base_url",
+        ),
         (
             base.replace("deadline = \"20s\"", "deadline = \"0s\""),
             "tools.search_tickets.deadline",
