@@ -15,6 +15,11 @@ use support::RedisServer;
 
 const S: u64 = 1_000_000;
 
+/// A budget's window log: each member and its start.
+fn log(server: &RedisServer, key: &str) -> Vec<(String, u64)> {
+    server.command(&["ZRANGE", key, "0", "-1", "WITHSCORES"])
+}
+
 fn keys() -> CredentialKeys {
     CredentialKeys::new("sluice", "openai")
 }
@@ -75,13 +80,7 @@ async fn every_window_holds_and_the_longest_wait_wins() {
             budget: 0
         }
     );
-    let starts: Vec<(String, u64)> = server.command(&[
-        "ZRANGE",
-        "sluice:{openai}:b:api_key:1",
-        "0",
-        "-1",
-        "WITHSCORES",
-    ]);
+    let starts = log(&server, "sluice:{openai}:b:api_key:1");
     let starts: Vec<u64> = starts.into_iter().map(|(_, at)| at).collect();
     assert_eq!(starts, [0, 0, S, 10 * S]);
 }
@@ -131,13 +130,7 @@ async fn a_unit_is_charged_its_estimate_and_settled_at_the_start() {
         .await
         .unwrap();
     assert_eq!(third, Spent::Granted { wait: 40 * S });
-    let tokens: Vec<(String, u64)> = server.command(&[
-        "ZRANGE",
-        "sluice:{openai}:b:tokens:0",
-        "0",
-        "-1",
-        "WITHSCORES",
-    ]);
+    let tokens = log(&server, "sluice:{openai}:b:tokens:0");
     assert_eq!(
         tokens,
         [
@@ -403,13 +396,7 @@ async fn a_lease_places_further_starts_charged_in_every_budget() {
     // requests' 3 in the first second), the fourth when the start at 0
     // leaves the requests' window, the fifth when those at 20 ms do.
     assert_eq!(seen.further, [S / 50, S / 50, S, S + S / 50]);
-    let tokens: Vec<(String, u64)> = server.command(&[
-        "ZRANGE",
-        "sluice:{openai}:b:tokens:0",
-        "0",
-        "-1",
-        "WITHSCORES",
-    ]);
+    let tokens = log(&server, "sluice:{openai}:b:tokens:0");
     let members: Vec<&str> = tokens.iter().map(|(m, _)| m.as_str()).collect();
     assert_eq!(members, ["m|10", "m+2|10", "m+3|10", "m+4|10", "m+5|10"]);
     assert_eq!(further_member("m", 0), "m+2");
@@ -466,13 +453,7 @@ async fn a_settled_cost_leaves_room_in_front_of_later_grants() {
     // 100 left in the minute ending at 60 s, and `b` alone 600 of the
     // minute after it: the next 500 start when `b` leaves.
     assert_eq!(reserve(500, "d", S).await, Spent::Granted { wait: 119 * S });
-    let starts: Vec<(String, u64)> = server.command(&[
-        "ZRANGE",
-        "sluice:{openai}:b:tokens:0",
-        "0",
-        "-1",
-        "WITHSCORES",
-    ]);
+    let starts = log(&server, "sluice:{openai}:b:tokens:0");
     assert_eq!(
         starts,
         [
