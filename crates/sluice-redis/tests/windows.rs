@@ -14,8 +14,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sluice::{
-    Call, Cost, CredentialConfig, Defaults, Executor, Gate, GateConfig, Outcome, Request, Settle,
-    ToolConfig, TransportError, UnitConfig,
+    Call, Cost, CredentialConfig, Defaults, Executor, Gate, GateConfig, Outcome, Priority, Request,
+    Settle, ToolConfig, TransportError, UnitConfig,
 };
 use sluice_redis::RedisBudget;
 use support::{RedisServer, max_in_window, redis_config};
@@ -345,4 +345,68 @@ async fn leases_count_in_every_window_and_unit() {
          of {} ({trips} round trips)",
         starts.len()
     );
+}
+
+/// Priorities on a shared credential, on Redis: `rate = ["1/1s",
+/// "100/1h"]` (several windows, so the engine sleeps until each grant's
+/// start). Low calls 1 and 2 hold grants about 1 s and 2 s out when a high
+/// call comes at 300 ms; it spends what they spend, so it takes the
+/// earliest of their starts and they move one start later each. It ends
+/// second, the low calls after it in their order, and the rolling second
+/// holds throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_callers_take_shared_grants_by_priority() {
+    let server = RedisServer::start();
+    let recorder = Recorder {
+        began: Instant::now(),
+        starts: Arc::new(Mutex::new(Vec::new())),
+    };
+    let credential = CredentialConfig::with_rate("1/1s".parse().unwrap())
+        .window("100/1h".parse().unwrap())
+        .shared(true)
+        .max_in_flight(8);
+    let config = GateConfig::default()
+        .defaults(Defaults {
+            window_margin: Duration::from_millis(100),
+            inline_wait: Duration::from_secs(10),
+            ..Defaults::default()
+        })
+        .credential("key", credential)
+        .tool("chat", ToolConfig::write("key"));
+    let gate = Gate::builder(config, recorder.clone())
+        .seed(1)
+        .shared(connect(&server).await)
+        .build()
+        .unwrap();
+    let gate = Arc::new(gate);
+    let began = recorder.began;
+    let calls = [
+        (Priority::Low, 0),
+        (Priority::Low, 10),
+        (Priority::Low, 20),
+        (Priority::High, 300),
+    ];
+    let tasks: Vec<_> = (0u64..)
+        .zip(calls)
+        .map(|(n, (priority, after_ms))| {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                let call = Call::new("chat", json!({ "n": n })).priority(priority);
+                let outcome = gate.turn().call(call).await;
+                (n, outcome, began.elapsed().as_secs_f64() * 1000.0)
+            })
+        })
+        .collect();
+    let mut ended = Vec::new();
+    for task in tasks {
+        let (n, outcome, at) = task.await.unwrap();
+        assert!(outcome.is_ok(), "{n}: {outcome:?}");
+        ended.push((at, n));
+    }
+    ended.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let order: Vec<u64> = ended.iter().map(|(_, n)| *n).collect();
+    assert_eq!(order, [0, 3, 1, 2], "{ended:?}");
+    let starts = recorder.starts.lock().clone();
+    assert!(max_in_window(&starts, 1_000.0) <= 1, "{starts:?}");
 }

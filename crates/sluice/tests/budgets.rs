@@ -574,10 +574,11 @@ async fn waiting_callers_are_served_by_priority() {
 
 /// Callers waiting for a rate slot are served by priority too: at 1/1s,
 /// low calls B and C hold the slots at 1 s and 2 s; a high call H at
-/// 100 ms takes B's slot, and B and C, woken, reserve again behind it in
-/// their order. A normal call N at 200 ms outranks only the low ones. A
-/// bucket (`burst`) keeps arrival order, as a bucket cannot hand a slot
-/// over without losing it.
+/// 100 ms takes B's slot, and B and C reserve again behind it in their
+/// order. A normal call N at 200 ms outranks only the low ones. The same
+/// on a bucket (`burst`), which cannot take a slot back: there H, which
+/// spends what B and C spend, swaps starts with them (B moves to 2 s, C
+/// to H's own 3 s).
 #[tokio::test(start_paused = true)]
 async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
     for burst in [None, Some(1)] {
@@ -592,25 +593,15 @@ async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
             (Priority::High, 100),
             (Priority::Normal, 200),
         ];
-        let expected: &[(u64, f64)] = match burst {
-            None => &[
+        assert_eq!(
+            starts_by_priority(credential, &calls).await,
+            [
                 (0, 0.0),
                 (3, 1_000.0),
                 (4, 2_000.0),
                 (1, 3_000.0),
                 (2, 4_000.0),
             ],
-            Some(_) => &[
-                (0, 0.0),
-                (1, 1_000.0),
-                (2, 2_000.0),
-                (3, 3_000.0),
-                (4, 4_000.0),
-            ],
-        };
-        assert_eq!(
-            starts_by_priority(credential, &calls).await,
-            expected,
             "{burst:?}"
         );
     }
@@ -641,9 +632,21 @@ async fn a_high_call_is_not_kept_out_by_low_calls_sleeping_on_every_permit() {
 /// the next within its inline wait, is deferred with reason `priority`:
 /// at 1/1s with a 1.5 s inline wait, low call 1 holds the slot at 1 s;
 /// the high call at 100 ms takes it (its own next, 2 s, is past its
-/// inline wait too), and call 1's next (2 s) is then 1.9 s off.
+/// inline wait too), and call 1's next (2 s) is then 1.9 s off. The same
+/// on a bucket, where the high call reserves the 2 s start for the call it
+/// moves, which gives it back.
 #[tokio::test(start_paused = true)]
 async fn a_call_displaced_by_a_higher_one_is_deferred_for_priority() {
+    for burst in [None, Some(1)] {
+        displaced_for_priority(burst).await;
+    }
+}
+
+async fn displaced_for_priority(burst: Option<u32>) {
+    let mut credential = CredentialConfig::with_rate(rate("1/1s")).max_in_flight(10);
+    if let Some(burst) = burst {
+        credential = credential.burst(burst);
+    }
     let sim = Sim::always_ok(10);
     let config = GateConfig::default()
         .defaults(Defaults {
@@ -651,10 +654,7 @@ async fn a_call_displaced_by_a_higher_one_is_deferred_for_priority() {
             inline_wait: Duration::from_millis(1_500),
             ..Defaults::default()
         })
-        .credential(
-            "key",
-            CredentialConfig::with_rate(rate("1/1s")).max_in_flight(10),
-        )
+        .credential("key", credential)
         .tool("read", ToolConfig::write("key"));
     let gate = std::sync::Arc::new(build_gate(config, &sim));
     let spawn = |n: usize, priority: Priority, after_ms: u64| {
@@ -677,12 +677,19 @@ async fn a_call_displaced_by_a_higher_one_is_deferred_for_priority() {
         Some(("api_key", Reason::Priority)),
         "{low:?}"
     );
+    let Outcome::RateLimited { retry_after_ms, .. } = low else {
+        panic!("{low:?}");
+    };
+    assert_eq!(retry_after_ms, 1_900, "{burst:?}");
+    // The start it gave back is the next call's: 2 s, not 3 s.
+    tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_millis(900)).await;
+    assert!(gate.turn().call(call("read", 3)).await.is_ok(), "{burst:?}");
     let starts: Vec<(u64, f64)> = sim
         .records()
         .iter()
         .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
         .collect();
-    assert_eq!(starts, [(0, 0.0), (2, 1_000.0)]);
+    assert_eq!(starts, [(0, 0.0), (2, 1_000.0), (3, 2_000.0)], "{burst:?}");
 }
 
 /// Call `n` of `calls` (its priority, and when it comes, in ms) on one

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sluice::shared::InMemoryBudget;
-use sluice::{Call, CredentialConfig, Defaults, Gate, Outcome};
+use sluice::{Call, CredentialConfig, Defaults, Gate, Outcome, Priority, Reason};
 use support::*;
 
 fn shared_gate(sim: &Arc<Sim>, budget: &Arc<InMemoryBudget>, seed: u64) -> Gate<SimExecutor> {
@@ -168,4 +168,124 @@ async fn two_processes_spend_every_window_between_them() {
         .filter(|o| o.status() == "rate_limited")
         .collect();
     assert_eq!(deferred.len(), 1, "{outcomes:?}");
+}
+
+/// A gate whose shared credential spends `rate = ["1/1s", "100/1h"]`
+/// (several windows: the engine, not the backend, sleeps until a grant's
+/// start), with no window margin and an inline wait of `inline_ms`.
+fn seated_gate(
+    sim: &Arc<Sim>,
+    budget: &Arc<InMemoryBudget>,
+    inline_ms: u64,
+) -> Arc<Gate<SimExecutor>> {
+    let credential = CredentialConfig::with_rate("1/1s".parse().unwrap())
+        .window("100/1h".parse().unwrap())
+        .shared(true)
+        .max_in_flight(10);
+    let defaults = Defaults {
+        window_margin: Duration::ZERO,
+        inline_wait: Duration::from_millis(inline_ms),
+        ..Defaults::default()
+    };
+    Arc::new(
+        Gate::builder(config_with(credential, defaults), SimExecutor(sim.clone()))
+            .seed(1)
+            .shared(budget.clone())
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Call `n` at `after_ms`, with `priority`, on `gate`.
+fn spawn_call(
+    gate: &Arc<Gate<SimExecutor>>,
+    n: u64,
+    priority: Priority,
+    after_ms: u64,
+) -> tokio::task::JoinHandle<Outcome> {
+    let gate = gate.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+        let call = Call::new("write", json!({ "n": n })).priority(priority);
+        gate.turn().call(call).await
+    })
+}
+
+/// The starts the upstream recorded, by call number.
+fn starts_by_n(sim: &Sim) -> Vec<(u64, f64)> {
+    sim.records()
+        .iter()
+        .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
+        .collect()
+}
+
+/// Callers waiting for a shared grant are served by priority: low calls
+/// 1 and 2 hold the grants at 1 s and 2 s; a high call at 100 ms, which
+/// spends what they spend, swaps starts with them (it starts at 1 s, they
+/// move one start later each), and a normal call at 200 ms does the same
+/// with the two low ones. No grant goes back to the shared budget for it,
+/// and the rolling second holds throughout.
+#[tokio::test(start_paused = true)]
+async fn waiting_callers_take_shared_grants_by_priority() {
+    let sim = Sim::always_ok(10);
+    let budget = Arc::new(InMemoryBudget::new());
+    let gate = seated_gate(&sim, &budget, 10_000);
+    let calls = [
+        (Priority::Low, 0),
+        (Priority::Low, 1),
+        (Priority::Low, 2),
+        (Priority::High, 100),
+        (Priority::Normal, 200),
+    ];
+    let tasks: Vec<_> = (0..)
+        .zip(calls)
+        .map(|(n, (priority, after))| spawn_call(&gate, n, priority, after))
+        .collect();
+    for task in tasks {
+        assert!(task.await.unwrap().is_ok());
+    }
+    assert_eq!(
+        starts_by_n(&sim),
+        [
+            (0, 0.0),
+            (3, 1_000.0),
+            (4, 2_000.0),
+            (1, 3_000.0),
+            (2, 4_000.0)
+        ]
+    );
+}
+
+/// A low call that a high one moved past its inline wait is deferred for
+/// priority with the honest wait, and the grant it was moved to goes back
+/// to the shared budget: the next call starts on it (2 s), not after it.
+#[tokio::test(start_paused = true)]
+async fn a_call_moved_past_its_wait_gives_the_shared_grant_back() {
+    let sim = Sim::always_ok(10);
+    let budget = Arc::new(InMemoryBudget::new());
+    let gate = seated_gate(&sim, &budget, 1_500);
+    let first = spawn_call(&gate, 0, Priority::Low, 0);
+    let low = spawn_call(&gate, 1, Priority::Low, 1);
+    let high = spawn_call(&gate, 2, Priority::High, 100);
+    assert!(first.await.unwrap().is_ok());
+    let high = high.await.unwrap();
+    assert!(high.is_ok(), "{high:?}");
+    let low = low.await.unwrap();
+    let Outcome::RateLimited {
+        reason,
+        retry_after_ms,
+        ..
+    } = &low
+    else {
+        panic!("{low:?}");
+    };
+    assert_eq!((*reason, *retry_after_ms), (Reason::Priority, 1_900));
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        spawn_call(&gate, 3, Priority::Normal, 0)
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    assert_eq!(starts_by_n(&sim), [(0, 0.0), (2, 1_000.0), (3, 2_000.0)]);
 }

@@ -19,15 +19,21 @@ pub(crate) struct Credential {
     pub(crate) bindings: Mutex<HashMap<Arc<str>, Vec<Arc<str>>>>,
     /// Calls sleeping until their start slot, by priority.
     pub(crate) seats: Seats,
-    /// Whether a call may take the slots of waiting calls it outranks:
-    /// enforced, not shared (a shared grant is Redis's, not ours to hand
-    /// over), and no bucket (a bucket gives a slot back only while nothing
-    /// was charged after it, so taking one could lose it for nothing).
+    /// Whether a call may take the slots of waiting calls it outranks back
+    /// into the cells: enforced, not shared (a shared grant is Redis's, not
+    /// ours to give back), and no bucket (a bucket gives a slot back only
+    /// while nothing was charged after it, so taking one could lose it for
+    /// nothing).
     pub(crate) outranks: bool,
+    /// Whether a call may swap starts with waiting calls it outranks that
+    /// spend exactly what it does: whenever limits are enforced (a swap
+    /// gives nothing back, so buckets and shared grants allow it).
+    pub(crate) swaps: bool,
 }
 
 impl Credential {
     pub(crate) fn new(name: Arc<str>, limits: Limits, defaults: &Defaults) -> Self {
+        let swaps = limits.enforce;
         let outranks = limits.enforce
             && !limits.shared
             && limits.burst.is_none()
@@ -44,6 +50,7 @@ impl Credential {
             bindings: Mutex::new(HashMap::new()),
             seats: Seats::default(),
             outranks,
+            swaps,
         }
     }
 }

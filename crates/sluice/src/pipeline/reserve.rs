@@ -20,7 +20,7 @@ use crate::executor::Executor;
 use crate::limiter::{Micros, micros};
 use crate::observe::{Event, ShadowDecision, WaitKind};
 use crate::outcome::{Outcome, Reason};
-use crate::scope::{Deferred, Scope, Ticket};
+use crate::scope::{Deferred, Holding, Scope, Seats, Stood, Ticket};
 use crate::shared::{
     Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
 };
@@ -193,33 +193,55 @@ pub(super) async fn start<'a, E: Executor>(
         let seats = &job.credential.seats;
         let priority = job.ask.priority;
         let outranks = job.credential.outranks && budget.is_none();
-        let local = match reserve_all(scopes, now, now, max_wait, job) {
-            Ok(local) => local,
+        let swaps = job.credential.swaps;
+        let acquired = acquire(engine, budget, scopes, job, now, max_wait).await;
+        let (mut local, mut start, mut shared, beyond) = match acquired {
+            Ok((local, start, shared)) => (local, start, shared, None),
             // No slot within the wait, but calls it outranks sleep on
-            // earlier ones: it takes theirs (they queue again behind it).
-            Err((_, deferred)) if outranks && seats.outranks(priority, deferred.until) => {
-                seats.outrank(priority, deferred.until);
-                reserve_all(scopes, now, now, max_wait, job)
-                    .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?
+            // earlier ones: on exact windows it takes their slots back into
+            // the cells (they queue again behind it) and reserves again.
+            Err(Outcome::RateLimited { retry_after_ms, .. })
+                if outranks && seats.outranks(priority, deferred_until(now, retry_after_ms)) =>
+            {
+                seats.outrank(priority, deferred_until(now, retry_after_ms));
+                let (local, start, shared) =
+                    acquire(engine, budget, scopes, job, now, max_wait).await?;
+                (local, start, shared, None)
             }
-            Err((scope, deferred)) => return Err(no_slot(&scope, deferred, now)),
-        };
-        let start = local.start().unwrap_or(now);
-        let (mut local, mut start, shared) = match budget {
-            None => (local, start, None),
-            Some(budget) => {
-                let (local, start, grant) =
-                    with_shared(engine, budget, scopes, job, local, start, latest).await?;
-                (local, start, Some(grant))
+            // A bucket or a shared grant cannot be taken back: when calls it
+            // outranks hold starts within its wait, it reserves the next
+            // free start, past its own wait, for the call that the swap
+            // below moves last (which gives it back if it cannot wait).
+            Err(deferred @ Outcome::RateLimited { .. })
+                if swaps && !outranks && seats.outranks(priority, latest.saturating_add(1)) =>
+            {
+                match acquire(engine, budget, scopes, job, now, remaining - 1).await {
+                    Ok((local, start, shared)) => (local, start, shared, Some(deferred)),
+                    Err(_) => return Err(deferred),
+                }
             }
+            Err(outcome) => return Err(outcome),
         };
         // Only the shared budget awaits above.
         if shared.is_some() {
             (at, now) = engine.clock();
         }
-        // A call that would wait behind waiting calls it outranks takes
-        // their slots: its own goes back first (the latest), then theirs,
-        // and it reserves again at once, with no await in between.
+        // Where slots cannot be taken back (a bucket, a shared grant), a
+        // call that would wait behind waiting calls it outranks and that
+        // spend exactly what it does takes the earliest of their starts;
+        // they move one start later each.
+        if swaps && !outranks && start > now {
+            start = swap(seats, priority, start, &mut local, &mut shared);
+        }
+        if let Some(deferred) = beyond
+            && start > latest
+        {
+            return Err(deferred);
+        }
+        // On exact windows, a call that would still wait behind waiting
+        // calls it outranks takes their slots: its own goes back first (the
+        // latest), then theirs, and it reserves again at once, with no
+        // await in between.
         if outranks && start > now && seats.outranks(priority, start) {
             drop(local);
             seats.outrank(priority, start);
@@ -241,22 +263,33 @@ pub(super) async fn start<'a, E: Executor>(
                 wait_ms = wait.as_millis() as u64,
                 "waiting inline for a start slot"
             );
-            let until = engine.instant(start);
-            if outranks && priority < Priority::High {
-                // Seated while it sleeps, so that a call it ranks below can take its slots.
-                let sitting = seats.sit(priority, start, std::mem::take(&mut local.held));
-                {
-                    let slept = std::pin::pin!(tokio::time::sleep_until(until));
-                    let taken = std::pin::pin!(sitting.seat().taken());
-                    futures_util::future::select(slept, taken).await;
-                }
-                match sitting.stand() {
-                    Some(held) => local.held = held,
-                    // Outranked: the caller gives its permit back and queues again.
-                    None => return Ok(None),
-                }
+            if swaps && priority < Priority::High {
+                // Seated while it sleeps, so that a call it ranks below can
+                // take its start.
+                let home = budget.map(|budget| (budget.clone(), job.credential.name.clone()));
+                let sitting = seats.sit(priority, start, hand_over(&mut local, &mut shared), home);
+                let holding = loop {
+                    {
+                        let slept = std::pin::pin!(tokio::time::sleep_until(engine.instant(start)));
+                        let changed = std::pin::pin!(sitting.seat().changed());
+                        futures_util::future::select(slept, changed).await;
+                    }
+                    match sitting.stand(engine.now()) {
+                        Stood::Ready(holding) => break holding,
+                        // Outranked: the caller gives its permit back and
+                        // queues again.
+                        Stood::Taken => return Ok(None),
+                        // Moved later by a call it ranks below: it waits on
+                        // if it can (dropping the seat gives the start back).
+                        Stood::Later(later) if later > latest => {
+                            return Err(moved_past(primary, later, engine.now()));
+                        }
+                        Stood::Later(later) => start = later,
+                    }
+                };
+                take_back(holding, &mut local, &mut shared);
             } else {
-                tokio::time::sleep_until(until).await;
+                tokio::time::sleep_until(engine.instant(start)).await;
             }
             waited = true;
         }
@@ -397,6 +430,76 @@ async fn with_shared<'a, E, P>(
         Duration::from_micros(start.saturating_sub(now)).max(Duration::from_millis(1)),
         None,
     ))
+}
+
+/// The local slots and, on a shared credential, the shared grant for one
+/// start within `max_wait` of `now`.
+async fn acquire<'a, E, P>(
+    engine: &Engine<E>,
+    budget: Option<&'a Arc<dyn SharedBudget>>,
+    scopes: &[Arc<Scope>],
+    job: &Job<'a, P>,
+    now: Micros,
+    max_wait: Micros,
+) -> Result<(Local, Micros, Option<SharedGrant<'a>>), Outcome> {
+    let local = reserve_all(scopes, now, now, max_wait, job)
+        .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
+    let start = local.start().unwrap_or(now);
+    match budget {
+        None => Ok((local, start, None)),
+        Some(budget) => {
+            let latest = now.saturating_add(max_wait);
+            let (local, start, grant) =
+                with_shared(engine, budget, scopes, job, local, start, latest).await?;
+            Ok((local, start, Some(grant)))
+        }
+    }
+}
+
+/// Swaps what the call holds for `start` with the earliest start among the
+/// waiting calls it outranks that spend the same ([`Seats::swap`]); the
+/// start it now holds.
+fn swap(
+    seats: &Seats,
+    priority: Priority,
+    start: Micros,
+    local: &mut Local,
+    shared: &mut Option<SharedGrant<'_>>,
+) -> Micros {
+    let mut holding = hand_over(local, shared);
+    let start = seats.swap(priority, start, &mut holding);
+    take_back(holding, local, shared);
+    start
+}
+
+/// What the guards hold, taken out of them (to seat or swap it).
+fn hand_over(local: &mut Local, shared: &mut Option<SharedGrant<'_>>) -> Holding {
+    Holding {
+        local: std::mem::take(&mut local.held),
+        grant: shared.as_mut().and_then(|shared| shared.grant.take()),
+    }
+}
+
+/// Puts `holding` back into the guards, which give it back if dropped.
+fn take_back(holding: Holding, local: &mut Local, shared: &mut Option<SharedGrant<'_>>) {
+    local.held = holding.local;
+    if let Some(shared) = shared {
+        shared.grant = holding.grant;
+    }
+}
+
+/// When a deferral told to wait `retry_after_ms` ends, rounded up to the
+/// next millisecond (the outcome rounds its wait to milliseconds).
+fn deferred_until(now: Micros, retry_after_ms: u64) -> Micros {
+    now.saturating_add(retry_after_ms.saturating_add(1).saturating_mul(1_000))
+}
+
+/// A call that a call of higher priority moved to `later`, past the wait
+/// it can afford: deferred for priority, with the wait until that start.
+fn moved_past(primary: &Scope, later: Micros, now: Micros) -> Outcome {
+    let wait = Duration::from_micros(later.saturating_sub(now)).max(Duration::from_millis(1));
+    tracing::debug!(scope = %primary.name, wait_ms = wait.as_millis() as u64, "moved past the inline wait by a call of higher priority; deferring");
+    Outcome::rate_limited(&primary.name, Reason::Priority, wait, None)
 }
 
 /// No start slot on `scope` within the wait the call can afford: defer

@@ -55,6 +55,23 @@ impl Ticket {
         self.requests.start()
     }
 
+    /// True when `other` charges exactly what this ticket charges, in the
+    /// same cells: the same requests, the same share (or none), the same
+    /// cost in each unit. Two such tickets of a scope can change hands
+    /// between calls without any cell noticing.
+    pub(crate) fn same_spend(&self, other: &Ticket) -> bool {
+        self.requests.amount() == other.requests.amount()
+            && self.low.as_ref().map(Reservation::amount)
+                == other.low.as_ref().map(Reservation::amount)
+            && self.units.len() == other.units.len()
+            && self.units.iter().zip(&other.units).all(|(mine, theirs)| {
+                mine.0 == theirs.0
+                    && mine.1.amount() == theirs.1.amount()
+                    && mine.2.as_ref().map(Reservation::amount)
+                        == theirs.2.as_ref().map(Reservation::amount)
+            })
+    }
+
     /// What the call charged in each unit, by name.
     pub(crate) fn costs(&self, budgets: &Budgets) -> Vec<(Arc<str>, u64)> {
         self.units
