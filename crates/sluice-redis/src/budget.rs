@@ -22,7 +22,7 @@ use crate::fallback;
 use crate::holds::Kind;
 use crate::instant::{after, since};
 use crate::keys::part;
-use crate::lease::{Leases, Obtained, PoolKey, hold_until};
+use crate::lease::{Held, Leases, Obtained, PoolKey, Slot, hold_by_priority};
 use crate::runner::Runner;
 use crate::status::{self, Status};
 use crate::store::Store;
@@ -212,10 +212,22 @@ impl RedisBudget {
                 }
                 not_before = not_before.max(earliest);
             }
+            // Callers of lower priority hold slots within this call's wait:
+            // a swap can give it the earliest of them, so it asks for a slot
+            // up to one wait further, for the caller the swap moves last
+            // (who gives it back if that is past its own wait).
+            let reach = if cred
+                .waiting
+                .outranks(request.priority, latest + Duration::from_micros(1))
+            {
+                latest + latest.saturating_duration_since(started)
+            } else {
+                latest
+            };
             let (at, token, obtained) = match self
                 .inner
                 .leases
-                .obtain(&cred, &request, &key, not_before, latest)
+                .obtain(&cred, &request, &key, not_before, reach)
                 .await
             {
                 Obtained::Slot(at, token, obtained) => (at, token, obtained),
@@ -241,14 +253,25 @@ impl RedisBudget {
                     state.fallback.count_shared(&parts[0], limit, at);
                 }
             }
-            if hold_until(&cred, &parts, at, obtained).await {
-                return Decision::Granted {
-                    wait: since(at, Instant::now()),
-                    grant: decision::slot(&token),
-                };
+            let slot = Slot::new(token, obtained, &key, &self.inner.jobs, &cred);
+            match hold_by_priority(&cred, &parts, request.priority, (at, slot), latest).await {
+                Held::Ready(token) => {
+                    return Decision::Granted {
+                        wait: Duration::ZERO,
+                        grant: decision::slot(&token),
+                    };
+                }
+                Held::Moved(at) => {
+                    cred.state.lock().decisions.denied += 1;
+                    return denied(&request, 0, since(at, Instant::now()), Hold::Outranked);
+                }
+                Held::Late(at) => {
+                    cred.state.lock().decisions.denied += 1;
+                    return denied(&request, 0, since(at, Instant::now()), Hold::Rate);
+                }
+                // A block arrived while the slot waited: it went back; look again.
+                Held::Voided => {}
             }
-            // A block arrived while the slot waited: give it back, look again.
-            self.inner.jobs.refund(&cred.name, vec![token]);
         }
         let now = Instant::now();
         cred.state.lock().decisions.denied += 1;
@@ -394,7 +417,7 @@ impl SharedBudget for RedisBudget {
         let cred = self.inner.credentials.get(credential);
         let kind = match hold {
             Hold::Quota => Kind::Quota,
-            Hold::Blocked | Hold::Rate => Kind::Blocked,
+            Hold::Blocked | Hold::Rate | Hold::Outranked => Kind::Blocked,
         };
         cred.note_hold(kind, &part(scope), until, now);
         self.inner.jobs.block(credential, scope, until, hold);

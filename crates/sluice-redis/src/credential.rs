@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::fallback::Fallback;
 use crate::holds::{Holds, Kind};
 use crate::keys::part;
-use crate::lease::Pool;
+use crate::lease::{Pool, Waiting};
 
 /// Where a credential's decisions are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -49,6 +49,8 @@ pub(crate) struct Cred {
     pub(crate) reserved: Notify,
     /// A block or quota was noted (callers holding slots look again).
     pub(crate) held: Notify,
+    /// Callers holding a slot until its time, by priority.
+    pub(crate) waiting: Waiting,
 }
 
 pub(crate) struct CredState {
@@ -85,6 +87,7 @@ impl Cred {
             }),
             reserved: Notify::new(),
             held: Notify::new(),
+            waiting: Waiting::default(),
         }
     }
 

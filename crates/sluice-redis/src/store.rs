@@ -307,7 +307,7 @@ impl Store {
         let scope = part(scope);
         let kind = match hold {
             Hold::Quota => "quota",
-            Hold::Blocked | Hold::Rate => "blocked",
+            Hold::Blocked | Hold::Rate | Hold::Outranked => "blocked",
         };
         let channel = if self.publish {
             self.channel.as_str()

@@ -289,6 +289,7 @@ async fn a_flushed_script_cache_is_invisible() {
             windows: &[],
             not_before: Duration::ZERO,
             max_wait: Duration::from_secs(1),
+            priority: sluice::Priority::Normal,
         })
     };
     for round in 0..3 {

@@ -194,6 +194,7 @@ fn run_case(server: &RedisServer, redis: &Runtime, case: &Case) -> Result<(), Te
                         windows: &[],
                         not_before: Duration::from_micros(*not_before),
                         max_wait: Duration::from_micros(*max_wait),
+                        priority: sluice::Priority::Normal,
                     }));
                     let stop = matches!(decision, Decision::Denied { .. });
                     expected.push(blank(&decision));

@@ -273,6 +273,7 @@ async fn a_denial_is_remembered_for_the_calls_that_cannot_outwait_it() {
                     windows: &windows,
                     not_before: Duration::ZERO,
                     max_wait,
+                    priority: sluice::Priority::Normal,
                 })
                 .await
         }
@@ -347,66 +348,134 @@ async fn leases_count_in_every_window_and_unit() {
     );
 }
 
-/// Priorities on a shared credential, on Redis: `rate = ["1/1s",
-/// "100/1h"]` (several windows, so the engine sleeps until each grant's
-/// start). Low calls 1 and 2 hold grants about 1 s and 2 s out when a high
-/// call comes at 300 ms; it spends what they spend, so it takes the
-/// earliest of their starts and they move one start later each. It ends
-/// second, the low calls after it in their order, and the rolling second
-/// holds throughout.
+/// Priorities on a shared credential, on Redis, with one request window
+/// (the backend holds each grant until its time, seated by priority) and
+/// with several (`["1/1s", "100/1h"]`: the engine sleeps until each
+/// grant's start, seated the same way). Low calls 1 and 2 hold grants
+/// about 1 s and 2 s out when a high call comes at 300 ms; it spends what
+/// they spend, so it takes the earliest of their starts and they move one
+/// start later each. It ends second, the low calls after it in their
+/// order, and the rolling second holds throughout. (Calls come 50 ms
+/// apart or more, so that the test, not the scheduler, sets their order.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_callers_take_shared_grants_by_priority() {
     let server = RedisServer::start();
+    for (name, credential) in priority_credentials() {
+        served_by_priority(&server, name, credential).await;
+    }
+}
+
+/// Two credential shapes for the priority tests: one request window of
+/// 1/1s, and the same beside a long one.
+fn priority_credentials() -> [(&'static str, CredentialConfig); 2] {
+    let one = CredentialConfig::with_rate("1/1s".parse().unwrap());
+    let several = one.clone().window("100/1h".parse().unwrap());
+    [("one window", one), ("several", several)]
+}
+
+/// A gate on `credential`, shared on `server` (100 ms margin, an inline
+/// wait of `inline_ms`), with `chat` a write, and its recorder.
+async fn priority_gate(
+    server: &RedisServer,
+    credential: CredentialConfig,
+    inline_ms: u64,
+) -> (Arc<Gate<Recorder>>, Recorder) {
     let recorder = Recorder {
         began: Instant::now(),
         starts: Arc::new(Mutex::new(Vec::new())),
     };
-    let credential = CredentialConfig::with_rate("1/1s".parse().unwrap())
-        .window("100/1h".parse().unwrap())
-        .shared(true)
-        .max_in_flight(8);
     let config = GateConfig::default()
         .defaults(Defaults {
             window_margin: Duration::from_millis(100),
-            inline_wait: Duration::from_secs(10),
+            inline_wait: Duration::from_millis(inline_ms),
             ..Defaults::default()
         })
-        .credential("key", credential)
+        .credential("key", credential.shared(true).max_in_flight(8))
         .tool("chat", ToolConfig::write("key"));
     let gate = Gate::builder(config, recorder.clone())
         .seed(1)
-        .shared(connect(&server).await)
+        .shared(connect(server).await)
         .build()
         .unwrap();
-    let gate = Arc::new(gate);
+    (Arc::new(gate), recorder)
+}
+
+/// Call `n` with `priority` on `gate` after `after_ms`: its outcome, and
+/// when it ended (ms since `began`).
+fn spawn_call(
+    gate: &Arc<Gate<Recorder>>,
+    began: Instant,
+    (n, priority, after_ms): (u64, Priority, u64),
+) -> tokio::task::JoinHandle<(Outcome, f64)> {
+    let gate = gate.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+        let call = Call::new("chat", json!({ "n": n })).priority(priority);
+        let outcome = gate.turn().call(call).await;
+        (outcome, began.elapsed().as_secs_f64() * 1000.0)
+    })
+}
+
+/// A low call that a high one moves past its inline wait (1.5 s) is
+/// deferred for priority, and the grant it was moved to goes back to
+/// Redis: a call at 1.3 s starts on it (about 2.2 s), within its wait,
+/// instead of being deferred past the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_moved_past_its_wait_gives_the_shared_grant_back() {
+    let server = RedisServer::start();
+    for (name, credential) in priority_credentials() {
+        let (gate, recorder) = priority_gate(&server, credential, 1_500).await;
+        let began = recorder.began;
+        let first = spawn_call(&gate, began, (0, Priority::Low, 0));
+        let low = spawn_call(&gate, began, (1, Priority::Low, 50));
+        let high = spawn_call(&gate, began, (2, Priority::High, 200));
+        let late = spawn_call(&gate, began, (3, Priority::Normal, 1_300));
+        let mut ended = Vec::new();
+        for task in [first, high, late, low] {
+            ended.push(task.await.unwrap());
+        }
+        let low = ended.pop().map(|(outcome, _)| outcome).unwrap();
+        let starts = recorder.starts.lock().clone();
+        for (outcome, _) in &ended {
+            assert!(outcome.is_ok(), "{name}: {ended:?} {low:?} {starts:?}");
+        }
+        let Outcome::RateLimited {
+            reason,
+            retry_after_ms,
+            ..
+        } = &low
+        else {
+            panic!("{name}: {low:?}");
+        };
+        assert_eq!(*reason, sluice::Reason::Priority, "{name}");
+        assert!((1_700..=2_300).contains(retry_after_ms), "{name}: {low:?}");
+        assert_eq!(starts.len(), 3, "{name}: {starts:?}");
+        assert!(max_in_window(&starts, 1_000.0) <= 1, "{name}: {starts:?}");
+    }
+}
+
+async fn served_by_priority(server: &RedisServer, name: &str, credential: CredentialConfig) {
+    let (gate, recorder) = priority_gate(server, credential, 10_000).await;
     let began = recorder.began;
     let calls = [
-        (Priority::Low, 0),
-        (Priority::Low, 10),
-        (Priority::Low, 20),
-        (Priority::High, 300),
+        (0, Priority::Low, 0),
+        (1, Priority::Low, 50),
+        (2, Priority::Low, 100),
+        (3, Priority::High, 300),
     ];
-    let tasks: Vec<_> = (0u64..)
-        .zip(calls)
-        .map(|(n, (priority, after_ms))| {
-            let gate = gate.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(after_ms)).await;
-                let call = Call::new("chat", json!({ "n": n })).priority(priority);
-                let outcome = gate.turn().call(call).await;
-                (n, outcome, began.elapsed().as_secs_f64() * 1000.0)
-            })
-        })
+    let tasks: Vec<_> = calls
+        .into_iter()
+        .map(|call| (call.0, spawn_call(&gate, began, call)))
         .collect();
     let mut ended = Vec::new();
-    for task in tasks {
-        let (n, outcome, at) = task.await.unwrap();
-        assert!(outcome.is_ok(), "{n}: {outcome:?}");
+    for (n, task) in tasks {
+        let (outcome, at) = task.await.unwrap();
+        assert!(outcome.is_ok(), "{name} {n}: {outcome:?}");
         ended.push((at, n));
     }
     ended.sort_by(|a, b| a.0.total_cmp(&b.0));
     let order: Vec<u64> = ended.iter().map(|(_, n)| *n).collect();
-    assert_eq!(order, [0, 3, 1, 2], "{ended:?}");
+    assert_eq!(order, [0, 3, 1, 2], "{name}: {ended:?}");
     let starts = recorder.starts.lock().clone();
-    assert!(max_in_window(&starts, 1_000.0) <= 1, "{starts:?}");
+    assert!(max_in_window(&starts, 1_000.0) <= 1, "{name}: {starts:?}");
 }

@@ -54,6 +54,8 @@
 //!   (reading the server), `retry.rs`, `outcome.rs`, `deadline.rs`;
 //! - `config/` — [`GateConfig`] as written (`model.rs`), checked
 //!   (`validate.rs`) and resolved per credential (`limits.rs`);
+//! - [`seats`] — the callers sleeping until their start, so that higher
+//!   priorities are served first (the engine's and a shared backend's);
 //! - [`shared`] — the seam a budget shared across processes plugs into;
 //!   [`adapt`] — `rate = "auto"` and `max_in_flight = "auto"`.
 //!
@@ -98,6 +100,7 @@ mod pipeline;
 mod rate;
 mod retry;
 pub mod scope;
+pub mod seats;
 pub mod shared;
 pub mod signal;
 mod turn;

@@ -16,8 +16,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::Rate;
 use crate::limiter::{LimiterCell, Micros, micros};
+use crate::{Priority, Rate};
 
 /// The limit a shared scope enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +68,10 @@ pub struct ReserveRequest<'a> {
     pub not_before: Duration,
     /// The start may not come later than this, from now.
     pub max_wait: Duration,
+    /// The call's priority: a backend that holds grants until their time
+    /// serves this process's waiting callers highest first
+    /// ([`crate::seats`]).
+    pub priority: Priority,
 }
 
 /// What holds a scope back.
@@ -79,6 +83,9 @@ pub enum Hold {
     Blocked,
     /// Its quota is spent.
     Quota,
+    /// A call of higher priority in this process took its start, and the
+    /// next is past its wait (a denial's reason only, never a block).
+    Outranked,
 }
 
 /// A start slot a shared backend granted; give it back with
@@ -401,7 +408,7 @@ impl SharedBudget for InMemoryBudget {
             .or_insert_with(Entry::fresh);
         match hold {
             Hold::Quota => entry.quota_until = entry.quota_until.max(until),
-            Hold::Blocked | Hold::Rate => entry.cell.penalize(until, now),
+            Hold::Blocked | Hold::Rate | Hold::Outranked => entry.cell.penalize(until, now),
         }
     }
 

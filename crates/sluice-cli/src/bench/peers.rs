@@ -92,6 +92,7 @@ impl Limiter {
                     windows: &[],
                     not_before: Duration::ZERO,
                     max_wait: Duration::from_millis(250),
+                    priority: sluice::Priority::Normal,
                 };
                 Ok(match budget.reserve(request).await {
                     Decision::Granted { wait, .. } => {

@@ -191,6 +191,7 @@ async fn decisions(
                     windows: &[],
                     not_before: Duration::ZERO,
                     max_wait: Duration::from_secs(1),
+                    priority: sluice::Priority::Normal,
                 };
                 if let Decision::Granted { .. } = budget.reserve(request).await {
                     granted.fetch_add(1, Ordering::Relaxed);

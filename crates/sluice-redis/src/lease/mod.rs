@@ -10,10 +10,14 @@
 //! window ahead of the others.
 //!
 //! `pool` holds the slots (pure state); `slot` gets a call its slot,
-//! from the pool or a reservation in Redis, and holds it until its time.
+//! from the pool or a reservation in Redis, and holds it until its time;
+//! `seated` lets this process's callers of higher priority take the
+//! earliest of the slots held.
 
 mod pool;
+mod seated;
 mod slot;
 
 pub(crate) use pool::{Pool, PoolKey, Pooled, share_cap};
+pub(crate) use seated::{Held, Slot, Waiting, hold_by_priority};
 pub(crate) use slot::{LEAD, Leases, Obtained, hold_until};

@@ -206,6 +206,7 @@ pub async fn probe(budget: Arc<RedisBudget>, until: tokio::time::Instant) -> Dur
                 windows: &[],
                 not_before: Duration::ZERO,
                 max_wait: Duration::ZERO,
+                priority: sluice::Priority::Normal,
             })
             .await;
         longest = longest.max(started.elapsed());

@@ -20,7 +20,8 @@ use crate::executor::Executor;
 use crate::limiter::{Micros, micros};
 use crate::observe::{Event, ShadowDecision, WaitKind};
 use crate::outcome::{Outcome, Reason};
-use crate::scope::{Deferred, Holding, Scope, Seats, Stood, Ticket};
+use crate::scope::{Deferred, Holding, Scope, Seats, Ticket};
+use crate::seats::Stood;
 use crate::shared::{
     Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
 };
@@ -194,6 +195,8 @@ pub(super) async fn start<'a, E: Executor>(
         let priority = job.ask.priority;
         let outranks = job.credential.outranks && budget.is_none();
         let swaps = job.credential.swaps;
+        // Where a seated or swapped grant goes back if nobody uses it.
+        let home = || budget.map(|budget| (budget.clone(), job.credential.name.clone()));
         let acquired = acquire(engine, budget, scopes, job, now, max_wait).await;
         let (mut local, mut start, mut shared, beyond) = match acquired {
             Ok((local, start, shared)) => (local, start, shared, None),
@@ -231,7 +234,7 @@ pub(super) async fn start<'a, E: Executor>(
         // spend exactly what it does takes the earliest of their starts;
         // they move one start later each.
         if swaps && !outranks && start > now {
-            start = swap(seats, priority, start, &mut local, &mut shared);
+            start = swap(seats, priority, start, (&mut local, &mut shared), home());
         }
         if let Some(deferred) = beyond
             && start > latest
@@ -266,12 +269,12 @@ pub(super) async fn start<'a, E: Executor>(
             if swaps && priority < Priority::High {
                 // Seated while it sleeps, so that a call it ranks below can
                 // take its start.
-                let home = budget.map(|budget| (budget.clone(), job.credential.name.clone()));
-                let sitting = seats.sit(priority, start, hand_over(&mut local, &mut shared), home);
+                let holding = hand_over(&mut local, &mut shared, home());
+                let sitting = seats.sit(priority, start, holding);
                 let holding = loop {
                     {
                         let slept = std::pin::pin!(tokio::time::sleep_until(engine.instant(start)));
-                        let changed = std::pin::pin!(sitting.seat().changed());
+                        let changed = std::pin::pin!(sitting.changed());
                         futures_util::future::select(slept, changed).await;
                     }
                     match sitting.stand(engine.now()) {
@@ -463,20 +466,30 @@ fn swap(
     seats: &Seats,
     priority: Priority,
     start: Micros,
-    local: &mut Local,
-    shared: &mut Option<SharedGrant<'_>>,
+    (local, shared): (&mut Local, &mut Option<SharedGrant<'_>>),
+    home: Option<GrantHome>,
 ) -> Micros {
-    let mut holding = hand_over(local, shared);
+    let mut holding = hand_over(local, shared, home);
     let start = seats.swap(priority, start, &mut holding);
     take_back(holding, local, shared);
     start
 }
 
+/// Where a shared grant goes back: the budget and the credential.
+type GrantHome = (Arc<dyn SharedBudget>, Arc<str>);
+
 /// What the guards hold, taken out of them (to seat or swap it).
-fn hand_over(local: &mut Local, shared: &mut Option<SharedGrant<'_>>) -> Holding {
+fn hand_over(
+    local: &mut Local,
+    shared: &mut Option<SharedGrant<'_>>,
+    home: Option<GrantHome>,
+) -> Holding {
+    let grant = shared.as_mut().and_then(|shared| shared.grant.take());
     Holding {
         local: std::mem::take(&mut local.held),
-        grant: shared.as_mut().and_then(|shared| shared.grant.take()),
+        grant: grant
+            .zip(home)
+            .map(|(grant, (budget, credential))| (grant, budget, credential)),
     }
 }
 
@@ -484,7 +497,7 @@ fn hand_over(local: &mut Local, shared: &mut Option<SharedGrant<'_>>) -> Holding
 fn take_back(holding: Holding, local: &mut Local, shared: &mut Option<SharedGrant<'_>>) {
     local.held = holding.local;
     if let Some(shared) = shared {
-        shared.grant = holding.grant;
+        shared.grant = holding.grant.map(|(grant, _, _)| grant);
     }
 }
 
@@ -619,6 +632,7 @@ async fn ask_shared<'a, E, P>(
         windows: &windows,
         not_before: Duration::from_micros(start.saturating_sub(now)),
         max_wait: Duration::from_micros(latest.saturating_sub(now)),
+        priority: job.ask.priority,
     };
     let decision = budget.reserve(request).await;
     let now = engine.now();
@@ -666,6 +680,7 @@ fn mirror<E, P>(
             held.block(now.saturating_add(micros(wait)), now);
             Outcome::rate_limited(&held.name, Reason::Throttled, wait, None)
         }
+        (Hold::Outranked, _) => Outcome::rate_limited(&scope, Reason::Priority, wait, None),
         _ => Outcome::rate_limited(&scope, Reason::Throttled, wait, None),
     }
 }
