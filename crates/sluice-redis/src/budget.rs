@@ -218,9 +218,9 @@ impl RedisBudget {
             // (who gives it back if that is past its own wait).
             let reach = if cred
                 .waiting
-                .outranks(request.priority, latest + Duration::from_micros(1))
+                .outranks(request.priority, after(latest, Duration::from_micros(1)))
             {
-                latest + latest.saturating_duration_since(started)
+                after(latest, since(latest, started))
             } else {
                 latest
             };
