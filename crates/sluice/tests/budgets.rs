@@ -684,12 +684,11 @@ async fn displaced_for_priority(burst: Option<u32>) {
     // The start it gave back is the next call's: 2 s, not 3 s.
     tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_millis(900)).await;
     assert!(gate.turn().call(call("read", 3)).await.is_ok(), "{burst:?}");
-    let starts: Vec<(u64, f64)> = sim
-        .records()
-        .iter()
-        .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
-        .collect();
-    assert_eq!(starts, [(0, 0.0), (2, 1_000.0), (3, 2_000.0)], "{burst:?}");
+    assert_eq!(
+        sim.starts_by_n(),
+        [(0, 0.0), (2, 1_000.0), (3, 2_000.0)],
+        "{burst:?}"
+    );
 }
 
 /// Call `n` of `calls` (its priority, and when it comes, in ms) on one
@@ -728,10 +727,7 @@ async fn starts_by_priority(
     if let Some(cap) = cap {
         assert!(sim.peak_in_flight() <= cap as usize);
     }
-    sim.records()
-        .iter()
-        .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
-        .collect()
+    sim.starts_by_n()
 }
 
 /// `/v1/status` material: every window and unit with used and remaining.

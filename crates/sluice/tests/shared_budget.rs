@@ -211,14 +211,6 @@ fn spawn_call(
     })
 }
 
-/// The starts the upstream recorded, by call number.
-fn starts_by_n(sim: &Sim) -> Vec<(u64, f64)> {
-    sim.records()
-        .iter()
-        .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
-        .collect()
-}
-
 /// Callers waiting for a shared grant are served by priority: low calls
 /// 1 and 2 hold the grants at 1 s and 2 s; a high call at 100 ms, which
 /// spends what they spend, swaps starts with them (it starts at 1 s, they
@@ -245,7 +237,7 @@ async fn waiting_callers_take_shared_grants_by_priority() {
         assert!(task.await.unwrap().is_ok());
     }
     assert_eq!(
-        starts_by_n(&sim),
+        sim.starts_by_n(),
         [
             (0, 0.0),
             (3, 1_000.0),
@@ -287,5 +279,5 @@ async fn a_call_moved_past_its_wait_gives_the_shared_grant_back() {
             .unwrap()
             .is_ok()
     );
-    assert_eq!(starts_by_n(&sim), [(0, 0.0), (2, 1_000.0), (3, 2_000.0)]);
+    assert_eq!(sim.starts_by_n(), [(0, 0.0), (2, 1_000.0), (3, 2_000.0)]);
 }

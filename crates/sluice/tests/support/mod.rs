@@ -120,6 +120,14 @@ impl Sim {
         self.records().iter().map(|r| r.t_ms).collect()
     }
 
+    /// Each start, by the call's `n` argument, in start order.
+    pub fn starts_by_n(&self) -> Vec<(u64, f64)> {
+        self.records()
+            .iter()
+            .map(|r| (r.args["n"].as_u64().unwrap(), r.t_ms))
+            .collect()
+    }
+
     pub fn peak_in_flight(&self) -> usize {
         self.peak.load(Ordering::SeqCst)
     }
