@@ -25,15 +25,17 @@ pub(crate) struct Credential {
     /// while nothing was charged after it, so taking one could lose it for
     /// nothing).
     pub(crate) outranks: bool,
-    /// Whether a call may swap starts with waiting calls it outranks that
-    /// spend exactly what it does: whenever limits are enforced (a swap
-    /// gives nothing back, so buckets and shared grants allow it).
-    pub(crate) swaps: bool,
 }
 
 impl Credential {
+    /// Whether a call may swap starts with waiting calls it outranks that
+    /// spend exactly what it does: whenever limits are enforced (a swap
+    /// gives nothing back, so buckets and shared grants allow it).
+    pub(crate) fn swaps(&self) -> bool {
+        self.limits.enforce
+    }
+
     pub(crate) fn new(name: Arc<str>, limits: Limits, defaults: &Defaults) -> Self {
-        let swaps = limits.enforce;
         let outranks = limits.enforce
             && !limits.shared
             && limits.burst.is_none()
@@ -50,7 +52,6 @@ impl Credential {
             bindings: Mutex::new(HashMap::new()),
             seats: Seats::default(),
             outranks,
-            swaps,
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::executor::Executor;
 use crate::limiter::{Micros, micros};
 use crate::observe::{Event, ShadowDecision, WaitKind};
 use crate::outcome::{Outcome, Reason};
-use crate::scope::{Deferred, Holding, Scope, Seats, Ticket};
+use crate::scope::{Deferred, GrantHome, Holding, Scope, Seats, Ticket};
 use crate::seats::Stood;
 use crate::shared::{
     Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
@@ -194,7 +194,7 @@ pub(super) async fn start<'a, E: Executor>(
         let seats = &job.credential.seats;
         let priority = job.ask.priority;
         let outranks = job.credential.outranks && budget.is_none();
-        let swaps = job.credential.swaps;
+        let swaps = job.credential.swaps();
         // Where a seated or swapped grant goes back if nobody uses it.
         let home = || budget.map(|budget| (budget.clone(), job.credential.name.clone()));
         let acquired = acquire(engine, budget, scopes, job, now, max_wait).await;
@@ -475,9 +475,6 @@ fn swap(
     start
 }
 
-/// Where a shared grant goes back: the budget and the credential.
-type GrantHome = (Arc<dyn SharedBudget>, Arc<str>);
-
 /// What the guards hold, taken out of them (to seat or swap it).
 fn hand_over(
     local: &mut Local,
@@ -487,9 +484,7 @@ fn hand_over(
     let grant = shared.as_mut().and_then(|shared| shared.grant.take());
     Holding {
         local: std::mem::take(&mut local.held),
-        grant: grant
-            .zip(home)
-            .map(|(grant, (budget, credential))| (grant, budget, credential)),
+        grant: grant.zip(home),
     }
 }
 
@@ -497,7 +492,7 @@ fn hand_over(
 fn take_back(holding: Holding, local: &mut Local, shared: &mut Option<SharedGrant<'_>>) {
     local.held = holding.local;
     if let Some(shared) = shared {
-        shared.grant = holding.grant.map(|(grant, _, _)| grant);
+        shared.grant = holding.grant.map(|(grant, _)| grant);
     }
 }
 

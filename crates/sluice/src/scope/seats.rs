@@ -11,12 +11,15 @@ use crate::shared::{Grant, SharedBudget};
 /// A credential's waiting calls, by their start in engine microseconds.
 pub(crate) type Seats = crate::seats::Seats<Micros, Holding>;
 
+/// Where a shared grant goes back: the budget and the credential.
+pub(crate) type GrantHome = (Arc<dyn SharedBudget>, Arc<str>);
+
 /// Everything a waiting call holds for its start.
 pub(crate) struct Holding {
     pub(crate) local: Vec<(Arc<Scope>, Ticket)>,
     /// The shared budget's grant for the same start, on a shared credential,
     /// and where it goes back if nobody uses it.
-    pub(crate) grant: Option<(Grant, Arc<dyn SharedBudget>, Arc<str>)>,
+    pub(crate) grant: Option<(Grant, GrantHome)>,
 }
 
 impl crate::seats::Seated for Holding {
@@ -34,7 +37,7 @@ impl crate::seats::Seated for Holding {
         for (scope, ticket) in &self.local {
             scope.refund(ticket);
         }
-        if let Some((grant, budget, credential)) = self.grant {
+        if let Some((grant, (budget, credential))) = self.grant {
             budget.refund(&credential, grant);
         }
     }
