@@ -10,6 +10,10 @@
 //!   those calls moves one start later, in their order. Nothing is given
 //!   back or charged again, so this holds wherever a slot, once charged,
 //!   cannot be taken back (a bucket, a shared grant);
+//! - or, where slots cannot be taken back, takes what the earliest of them
+//!   holds when that covers its own spend ([`Seats::take_covering`]): the
+//!   caller starts there, charged what that call reserved, and gives its
+//!   own later start back; the outranked call wakes and asks again;
 //! - or takes what they hold and gives it back ([`Seats::outrank`],
 //!   [`Seats::outrank_one`]), where giving back loses nothing (exact
 //!   windows); the outranked calls wake and ask again.
@@ -31,6 +35,13 @@ pub trait Seated: Send {
     /// True when `other` spends exactly what this does, so that the two can
     /// change hands between calls without anything noticing.
     fn same_spend(&self, other: &Self) -> bool;
+
+    /// True when this spends at least what `other` does in everything
+    /// `other` spends from, at the same start: a call holding `other` may
+    /// start on this instead, charged the difference as well.
+    fn covers(&self, other: &Self) -> bool {
+        self.same_spend(other)
+    }
 
     /// Gives it back, unused.
     fn give_back(self);
@@ -218,6 +229,37 @@ impl<S: Copy + Ord, T: Seated> Seats<S, T> {
         start
     }
 
+    /// A call of `priority` holding `held` for `start`, which no swap moved
+    /// earlier, takes what the waiting call it outranks with the earliest
+    /// start before `start` holds, when that covers `held`
+    /// ([`Seated::covers`]): `held` becomes theirs, and their call wakes
+    /// to find it taken and asks again. Returns the start the caller now
+    /// holds and what it held before, to give back; `None` when no such
+    /// call waits.
+    pub fn take_covering(&self, priority: Priority, start: S, held: &mut T) -> Option<(S, T)> {
+        let seat = {
+            let waiting = self.waiting.lock();
+            waiting
+                .iter()
+                .filter(|seat| seat.priority < priority)
+                .filter_map(|seat| {
+                    let state = seat.state.lock();
+                    let theirs = state.held.as_ref()?;
+                    (state.start < start && theirs.covers(held)).then_some((state.start, seat))
+                })
+                // The first of equal starts: the one seated first.
+                .min_by_key(|(start, _)| *start)
+                .map(|(_, seat)| seat.clone())?
+        };
+        let mut state = seat.state.lock();
+        // Still there: nothing took it between the two locks.
+        let theirs = state.held.take()?;
+        let taken = state.start;
+        drop(state);
+        seat.changed.notify_one();
+        Some((taken, std::mem::replace(held, theirs)))
+    }
+
     /// Takes what the one call a caller of `priority` waiting for a
     /// concurrency permit outranks most holds: the lowest priority, the
     /// earliest start (the slot the caller would take first, so that the
@@ -272,6 +314,11 @@ mod tests {
             self.0 == other.0
         }
 
+        /// A longer name spends more: "aa" covers "a".
+        fn covers(&self, other: &Spend) -> bool {
+            self.0.starts_with(other.0)
+        }
+
         fn give_back(self) {
             self.1.fetch_add(1, Ordering::SeqCst);
         }
@@ -311,5 +358,35 @@ mod tests {
         seats.outrank(Priority::High, 16);
         assert!(matches!(other.stand(100), Stood::Taken));
         assert_eq!(given.load(Ordering::SeqCst), 2);
+    }
+
+    /// A high caller holding 30 for "a" takes what the earliest outranked
+    /// call that covers it holds ("aa" at 10, not "b" at 5, nor the normal
+    /// call's "aa" at 8, which ranks as high as a normal caller): that call
+    /// finds it taken, and the caller has its own spend to give back.
+    #[test]
+    fn a_covering_take_takes_the_earliest_outranked_spend_that_covers() {
+        let given = Arc::new(AtomicUsize::new(0));
+        let spend = |name| Spend(name, given.clone());
+        let seats = Seats::default();
+        let other = seats.sit(Priority::Low, 5, spend("b"));
+        let normal = seats.sit(Priority::Normal, 8, spend("aa"));
+        let first = seats.sit(Priority::Low, 10, spend("aa"));
+        let later = seats.sit(Priority::Low, 20, spend("aaa"));
+        let mut mine = spend("a");
+        let (start, old) = seats
+            .take_covering(Priority::Normal, 30, &mut mine)
+            .expect("a covering seat");
+        assert_eq!((start, mine.0, old.0), (10, "aa", "a"));
+        assert!(matches!(first.stand(100), Stood::Taken));
+        assert_eq!(start_of(&later), Some(20));
+        assert_eq!(start_of(&normal), Some(8));
+        assert_eq!(start_of(&other), Some(5));
+        // Nothing earlier than its start covers it: it keeps what it holds.
+        let mut mine = spend("a");
+        assert!(seats.take_covering(Priority::High, 6, &mut mine).is_none());
+        assert_eq!(mine.0, "a");
+        // Nothing was given back: the taken spend is the caller's now.
+        assert_eq!(given.load(Ordering::SeqCst), 0);
     }
 }

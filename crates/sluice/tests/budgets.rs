@@ -415,9 +415,9 @@ async fn settle_refunds_and_charges_on_a_bucket() {
 }
 
 /// A credential's new fields are checked where they are built, naming
-/// the field; a shared credential takes several windows, groups and units
-/// (the shared backend spends them all), and refuses the low share and a
-/// burst beside them, which have no shared side yet.
+/// the field; a shared credential takes several windows, groups, units,
+/// the low share and a burst beside them (the shared backend spends them
+/// all).
 #[test]
 fn budget_fields_name_their_field() {
     let base = || CredentialConfig::with_rate(rate("10/1s"));
@@ -578,13 +578,24 @@ async fn waiting_callers_are_served_by_priority() {
 /// order. A normal call N at 200 ms outranks only the low ones. The same
 /// on a bucket (`burst`), which cannot take a slot back: there H, which
 /// spends what B and C spend, swaps starts with them (B moves to 2 s, C
-/// to H's own 3 s).
+/// to H's own 3 s). The same again with a low share, where the low calls
+/// spend their share besides, so that no swap fits: on the bucket H
+/// takes B's start (and B's charge, which covers its own), gives its own
+/// back, and B asks again behind it.
 #[tokio::test(start_paused = true)]
 async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
-    for burst in [None, Some(1)] {
+    for (burst, share) in [
+        (None, None),
+        (Some(1), None),
+        (None, Some(0.5)),
+        (Some(1), Some(0.5)),
+    ] {
         let mut credential = CredentialConfig::with_rate(rate("1/1s")).max_in_flight(10);
         if let Some(burst) = burst {
             credential = credential.burst(burst);
+        }
+        if let Some(share) = share {
+            credential = credential.low_share(share);
         }
         let calls = [
             (Priority::Low, 0),
@@ -602,9 +613,42 @@ async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
                 (1, 3_000.0),
                 (2, 4_000.0),
             ],
-            "{burst:?}"
+            "{burst:?} {share:?}"
         );
     }
+}
+
+/// On a bucket, a high call costing less than a waiting low call takes
+/// that call's start: tokens 10/1s with a burst of 10, low calls A, B, C
+/// of 10 tokens each start at 0, 1 s and 2 s; a high call H of 5 tokens at
+/// 100 ms takes B's start (1 s), and B asks again behind C (3 s). A high
+/// call costing more than every waiting call (15 tokens, G) fits in no
+/// start of theirs and takes its own turn after them.
+#[tokio::test(start_paused = true)]
+async fn a_high_call_takes_the_start_of_a_waiting_call_that_costs_more() {
+    let credential = || {
+        let mut unit = UnitConfig::with_rate(rate("10/1s"));
+        unit.burst = Some(20);
+        CredentialConfig::with_rate(rate("100/1s"))
+            .max_in_flight(10)
+            .unit("tokens", unit)
+    };
+    let calls = |high: u64| {
+        [
+            (ask(0, 20).priority(Priority::Low), 0),
+            (ask(1, 10).priority(Priority::Low), 1),
+            (ask(2, 10).priority(Priority::Low), 2),
+            (ask(3, high).priority(Priority::High), 100),
+        ]
+    };
+    assert_eq!(
+        starts_of(credential(), ("chat", chat()), calls(5)).await,
+        [(0, 0.0), (3, 1_000.0), (2, 2_000.0), (1, 3_000.0)]
+    );
+    assert_eq!(
+        starts_of(credential(), ("chat", chat()), calls(15)).await,
+        [(0, 0.0), (1, 1_000.0), (2, 2_000.0), (3, 3_500.0)]
+    );
 }
 
 /// The same when the waiting low calls hold every concurrency permit: a
@@ -699,6 +743,19 @@ async fn starts_by_priority(
     credential: CredentialConfig,
     calls: &[(Priority, u64)],
 ) -> Vec<(u64, f64)> {
+    let calls = (0..)
+        .zip(calls)
+        .map(|(n, &(priority, after_ms))| (call("read", n).priority(priority), after_ms));
+    starts_of(credential, ("read", ToolConfig::write("key")), calls).await
+}
+
+/// Each call (on tool `tool`, named as the call names it) at its time in
+/// ms, on one gate over `credential`, as [`starts_by_priority`] runs them.
+async fn starts_of(
+    credential: CredentialConfig,
+    (name, tool): (&str, ToolConfig),
+    calls: impl IntoIterator<Item = (Call, u64)>,
+) -> Vec<(u64, f64)> {
     let sim = Sim::always_ok(10);
     let cap = credential.max_in_flight;
     let config = GateConfig::default()
@@ -708,21 +765,21 @@ async fn starts_by_priority(
             ..Defaults::default()
         })
         .credential("key", credential)
-        .tool("read", ToolConfig::write("key"));
+        .tool(name, tool);
     let gate = std::sync::Arc::new(build_gate(config, &sim));
     let tasks: Vec<_> = calls
-        .iter()
-        .enumerate()
-        .map(|(n, &(priority, after_ms))| {
+        .into_iter()
+        .map(|(call, after_ms)| {
             let gate = gate.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(after_ms)).await;
-                gate.turn().call(call("read", n).priority(priority)).await
+                gate.turn().call(call).await
             })
         })
         .collect();
     for task in tasks {
-        assert!(task.await.unwrap().is_ok());
+        let outcome = task.await.unwrap();
+        assert!(outcome.is_ok(), "{outcome:?}");
     }
     if let Some(cap) = cap {
         assert!(sim.peak_in_flight() <= cap as usize);

@@ -178,10 +178,23 @@ fn seated_gate(
     budget: &Arc<InMemoryBudget>,
     inline_ms: u64,
 ) -> Arc<Gate<SimExecutor>> {
-    let credential = CredentialConfig::with_rate("1/1s".parse().unwrap())
+    seated_gate_of(sim, budget, inline_ms, None)
+}
+
+/// [`seated_gate`], with a low share of `share` if given.
+fn seated_gate_of(
+    sim: &Arc<Sim>,
+    budget: &Arc<InMemoryBudget>,
+    inline_ms: u64,
+    share: Option<f64>,
+) -> Arc<Gate<SimExecutor>> {
+    let mut credential = CredentialConfig::with_rate("1/1s".parse().unwrap())
         .window("100/1h".parse().unwrap())
         .shared(true)
         .max_in_flight(10);
+    if let Some(share) = share {
+        credential = credential.low_share(share);
+    }
     let defaults = Defaults {
         window_margin: Duration::ZERO,
         inline_wait: Duration::from_millis(inline_ms),
@@ -216,12 +229,21 @@ fn spawn_call(
 /// spends what they spend, swaps starts with them (it starts at 1 s, they
 /// move one start later each), and a normal call at 200 ms does the same
 /// with the two low ones. No grant goes back to the shared budget for it,
-/// and the rolling second holds throughout.
+/// and the rolling second holds throughout. With a low share, which the
+/// low calls spend besides, no swap fits: the high call takes the grant
+/// of low call 1 (which covers its own spend) and gives its own back, and
+/// call 1 asks again behind the others; the starts are the same.
 #[tokio::test(start_paused = true)]
 async fn waiting_callers_take_shared_grants_by_priority() {
+    for share in [None, Some(0.5)] {
+        shared_grants_by_priority(share).await;
+    }
+}
+
+async fn shared_grants_by_priority(share: Option<f64>) {
     let sim = Sim::always_ok(10);
     let budget = Arc::new(InMemoryBudget::new());
-    let gate = seated_gate(&sim, &budget, 10_000);
+    let gate = seated_gate_of(&sim, &budget, 10_000, share);
     let calls = [
         (Priority::Low, 0),
         (Priority::Low, 1),
@@ -244,7 +266,8 @@ async fn waiting_callers_take_shared_grants_by_priority() {
             (4, 2_000.0),
             (1, 3_000.0),
             (2, 4_000.0)
-        ]
+        ],
+        "{share:?}"
     );
 }
 

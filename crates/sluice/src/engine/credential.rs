@@ -29,8 +29,10 @@ pub(crate) struct Credential {
 
 impl Credential {
     /// Whether a call may swap starts with waiting calls it outranks that
-    /// spend exactly what it does: whenever limits are enforced (a swap
-    /// gives nothing back, so buckets and shared grants allow it).
+    /// spend exactly what it does, or take the start of one whose spend
+    /// covers its own: whenever limits are enforced (neither gives back
+    /// anything but the caller's own latest start, so buckets and shared
+    /// grants allow them).
     pub(crate) fn swaps(&self) -> bool {
         self.limits.enforce
     }

@@ -21,7 +21,7 @@ use crate::limiter::{Micros, micros};
 use crate::observe::{Event, ShadowDecision, WaitKind};
 use crate::outcome::{Outcome, Reason};
 use crate::scope::{Deferred, GrantHome, Holding, Scope, Seats, Ticket};
-use crate::seats::Stood;
+use crate::seats::{Seated, Stood};
 use crate::shared::{
     Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
 };
@@ -232,9 +232,15 @@ pub(super) async fn start<'a, E: Executor>(
         // Where slots cannot be taken back (a bucket, a shared grant), a
         // call that would wait behind waiting calls it outranks and that
         // spend exactly what it does takes the earliest of their starts;
-        // they move one start later each.
+        // they move one start later each. Failing that, it takes what the
+        // earliest of them whose spend covers its own holds (the low
+        // share, a group or a higher cost besides), and that call asks
+        // again behind it.
         if swaps && !outranks && start > now {
             start = swap(seats, priority, start, (&mut local, &mut shared), home());
+            if start > now {
+                start = take_covering(seats, priority, start, (&mut local, &mut shared), home());
+            }
         }
         if let Some(deferred) = beyond
             && start > latest
@@ -473,6 +479,30 @@ fn swap(
     let start = seats.swap(priority, start, &mut holding);
     take_back(holding, local, shared);
     start
+}
+
+/// Takes what the earliest waiting call it outranks whose spend covers
+/// its own holds ([`Seats::take_covering`]), giving back what it held; the
+/// start it now holds.
+fn take_covering(
+    seats: &Seats,
+    priority: Priority,
+    start: Micros,
+    (local, shared): (&mut Local, &mut Option<SharedGrant<'_>>),
+    home: Option<GrantHome>,
+) -> Micros {
+    let mut holding = hand_over(local, shared, home);
+    let taken = seats.take_covering(priority, start, &mut holding);
+    take_back(holding, local, shared);
+    match taken {
+        Some((taken, own)) => {
+            // Its own later start: exact on a window, forgone on a bucket
+            // that charged something after it.
+            own.give_back();
+            taken
+        }
+        None => start,
+    }
 }
 
 /// What the guards hold, taken out of them (to seat or swap it).

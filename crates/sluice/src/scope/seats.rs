@@ -33,6 +33,24 @@ impl crate::seats::Seated for Holding {
             })
     }
 
+    /// On the same first scope (the credential's, which the true-up
+    /// reads), a ticket covering each of `other`'s on the same scope, and
+    /// a grant or none as `other` has: the grant was spent for the same
+    /// scopes at the same costs as the tickets.
+    fn covers(&self, other: &Holding) -> bool {
+        let same_first = match (self.local.first(), other.local.first()) {
+            (Some(mine), Some(theirs)) => Arc::ptr_eq(&mine.0, &theirs.0),
+            _ => false,
+        };
+        same_first
+            && self.grant.is_some() == other.grant.is_some()
+            && other.local.iter().all(|(scope, ticket)| {
+                self.local
+                    .iter()
+                    .any(|(mine, held)| Arc::ptr_eq(mine, scope) && held.covers(ticket))
+            })
+    }
+
     fn give_back(self) {
         for (scope, ticket) in &self.local {
             scope.refund(ticket);

@@ -72,6 +72,25 @@ impl Ticket {
             })
     }
 
+    /// True when this ticket charges at least what `other` charges, in
+    /// the same cells, in every cell `other` charges (it may charge more,
+    /// and the low share besides): a call holding `other` can start on
+    /// this ticket instead, overcharged but never over any window.
+    pub(crate) fn covers(&self, other: &Ticket) -> bool {
+        fn covers(mine: Option<&Reservation>, theirs: Option<&Reservation>) -> bool {
+            theirs.is_none_or(|theirs| mine.is_some_and(|mine| mine.amount() >= theirs.amount()))
+        }
+        self.requests.amount() >= other.requests.amount()
+            && covers(self.low.as_ref(), other.low.as_ref())
+            && other.units.iter().all(|(index, requests, low)| {
+                self.units.iter().any(|(mine, my_requests, my_low)| {
+                    mine == index
+                        && my_requests.amount() >= requests.amount()
+                        && covers(my_low.as_ref(), low.as_ref())
+                })
+            })
+    }
+
     /// What the call charged in each unit, by name.
     pub(crate) fn costs(&self, budgets: &Budgets) -> Vec<(Arc<str>, u64)> {
         self.units
