@@ -408,6 +408,24 @@ impl SharedBudget for RedisBudget {
         }
     }
 
+    fn refund_now<'a>(&'a self, credential: &'a str, grants: Vec<Grant>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut spends = Vec::new();
+            for grant in grants {
+                match Spends::member(&grant) {
+                    Some(member) => spends.push(member.to_owned()),
+                    // The fallback's cells take theirs back at once; a
+                    // request window's slot goes back in the background.
+                    None => self.refund(credential, grant),
+                }
+            }
+            let refunds = spends
+                .iter()
+                .map(|member| self.inner.spends.refund_now(&self.inner.runner, member));
+            futures_util::future::join_all(refunds).await;
+        })
+    }
+
     fn block(&self, credential: &str, scope: &str, wait: Duration, hold: Hold) {
         let now = Instant::now();
         let until = after(now, wait);

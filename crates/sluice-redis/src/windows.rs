@@ -454,12 +454,33 @@ impl Spends {
 
     /// Removes `member`'s unused start from every window, in the background.
     pub(crate) fn refund(self: &Arc<Self>, runner: &Arc<Runner>, member: &str) {
-        let Some(held) = self.held.lock().remove(member) else {
-            return;
-        };
+        if let Some(refunding) = self.refunding(runner, member) {
+            spawn(refunding);
+        }
+    }
+
+    /// Removes `member`'s unused start from every window, resolving once
+    /// Redis has it back (or could not be reached). The refund runs on its
+    /// own, so a caller that stops waiting does not stop it.
+    pub(crate) async fn refund_now(self: &Arc<Self>, runner: &Arc<Runner>, member: &str) {
+        if let Some(refunding) = self.refunding(runner, member)
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            // A refund that panicked has nothing more to give back.
+            let _ = handle.spawn(refunding).await;
+        }
+    }
+
+    /// The refund of `member`, to run; `None` when it is not held here.
+    fn refunding(
+        self: &Arc<Self>,
+        runner: &Arc<Runner>,
+        member: &str,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let held = self.held.lock().remove(member)?;
         self.forget_busy(&held.credential);
         let (this, runner, member) = (self.clone(), runner.clone(), member.to_owned());
-        spawn(async move {
+        Some(async move {
             let keys = runner.store().keys(&held.credential);
             let done = runner
                 .run(|_, mut conn| async move {
@@ -471,7 +492,7 @@ impl Spends {
             if let Err(error) = done {
                 tracing::debug!(%error, "could not refund a spend; it expires with its windows");
             }
-        });
+        })
     }
 
     /// Trues `member`'s cost in `unit` up from `estimate` to `actual`, in

@@ -491,3 +491,66 @@ async fn served_by_priority(
     let starts = recorder.starts.lock().clone();
     assert!(max_in_window(&starts, 1_000.0) <= 1, "{name}: {starts:?}");
 }
+
+/// A high call costing more than any waiting low call it outranks, on
+/// Redis (tokens 10/1s): low call 0 (10 tokens) starts at once, low calls
+/// 1 and 2 (5 each) hold grants sharing about 1.1 s; the high call (10) at
+/// 300 ms would start about 2.2 s. No swap fits and neither grant covers
+/// its cost, so it gives their grants back to Redis, takes their start,
+/// and they ask again behind it: it ends second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_costlier_high_call_gives_the_grants_it_outranks_back() {
+    let server = RedisServer::start();
+    let recorder = Recorder {
+        began: Instant::now(),
+        starts: Arc::new(Mutex::new(Vec::new())),
+    };
+    let credential = CredentialConfig::with_rate("100/1s".parse().unwrap())
+        .unit("tokens", UnitConfig::with_rate("10/1s".parse().unwrap()))
+        .shared(true)
+        .max_in_flight(8);
+    let config = GateConfig::default()
+        .defaults(Defaults {
+            window_margin: Duration::from_millis(100),
+            inline_wait: Duration::from_secs(10),
+            ..Defaults::default()
+        })
+        .credential("key", credential)
+        .tool(
+            "chat",
+            ToolConfig::write("key").cost("tokens", Cost::Argument("max_tokens".into())),
+        );
+    let gate = Gate::builder(config, recorder.clone())
+        .seed(1)
+        .shared(connect(&server).await)
+        .build()
+        .unwrap();
+    let gate = Arc::new(gate);
+    let calls = [
+        (0, 10, Priority::Low, 0),
+        (1, 5, Priority::Low, 50),
+        (2, 5, Priority::Low, 100),
+        (3, 10, Priority::High, 300),
+    ];
+    let tasks: Vec<_> = calls
+        .into_iter()
+        .map(|(n, tokens, priority, after_ms)| {
+            let (gate, began) = (gate.clone(), recorder.began);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                let call = Call::new("chat", json!({ "n": n, "max_tokens": tokens }));
+                let outcome = gate.turn().call(call.priority(priority)).await;
+                (n, outcome, began.elapsed().as_secs_f64() * 1000.0)
+            })
+        })
+        .collect();
+    let mut ended = Vec::new();
+    for task in tasks {
+        let (n, outcome, at) = task.await.unwrap();
+        assert!(outcome.is_ok(), "{n}: {outcome:?}");
+        ended.push((at, n));
+    }
+    ended.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let order: Vec<u64> = ended.iter().map(|(_, n)| *n).collect();
+    assert_eq!(order[..2], [0, 3], "{ended:?}");
+}

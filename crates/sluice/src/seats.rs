@@ -286,7 +286,17 @@ impl<S: Copy + Ord, T: Seated> Seats<S, T> {
     /// start before `before` holds, gives it back, and wakes those calls
     /// to ask again.
     pub fn outrank(&self, priority: Priority, before: S) {
-        let outranked: Vec<Arc<Seat<S, T>>> = {
+        let mut outranked = self.take_outranked(priority, before);
+        for held in outranked.held.drain(..) {
+            held.give_back();
+        }
+    }
+
+    /// Takes what every call of lower priority than `priority` waiting to
+    /// start before `before` holds, for the caller to give back as it
+    /// must; those calls are woken to ask again when it drops the answer.
+    pub fn take_outranked(&self, priority: Priority, before: S) -> Outranked<S, T> {
+        let seats: Vec<Arc<Seat<S, T>>> = {
             let mut waiting = self.waiting.lock();
             let (out, stay) = waiting.drain(..).partition(|seat| {
                 seat.priority < priority && seat.start().is_some_and(|s| s < before)
@@ -294,8 +304,53 @@ impl<S: Copy + Ord, T: Seated> Seats<S, T> {
             *waiting = stay;
             out
         };
-        for seat in &outranked {
-            take(seat);
+        let mut earliest = None;
+        let held = seats
+            .iter()
+            .filter_map(|seat| {
+                let mut state = seat.state.lock();
+                let held = state.held.take()?;
+                earliest = Some(earliest.map_or(state.start, |e: S| e.min(state.start)));
+                Some(held)
+            })
+            .collect();
+        Outranked {
+            seats,
+            held,
+            earliest,
+        }
+    }
+}
+
+/// What the calls a caller outranked held ([`Seats::take_outranked`]);
+/// dropped, it wakes them to find it taken.
+pub struct Outranked<S, T> {
+    seats: Vec<Arc<Seat<S, T>>>,
+    /// What they held, in no particular order.
+    pub held: Vec<T>,
+    earliest: Option<S>,
+}
+
+impl<S: Copy, T> Outranked<S, T> {
+    /// The earliest start they held; `None` when no call was outranked.
+    pub fn earliest(&self) -> Option<S> {
+        self.earliest
+    }
+}
+
+impl<S, T> fmt::Debug for Outranked<S, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Outranked")
+            .field("calls", &self.seats.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, T> Drop for Outranked<S, T> {
+    fn drop(&mut self) {
+        for seat in &self.seats {
+            // A permit is stored if the call is not awaiting yet.
+            seat.changed.notify_one();
         }
     }
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use sluice::shared::InMemoryBudget;
-use sluice::{Call, CredentialConfig, Defaults, Gate, Outcome, Priority, Reason};
+use sluice::{
+    Call, Cost, CredentialConfig, Defaults, Gate, Outcome, Priority, Reason, ToolConfig, UnitConfig,
+};
 use support::*;
 
 fn shared_gate(sim: &Arc<Sim>, budget: &Arc<InMemoryBudget>, seed: u64) -> Gate<SimExecutor> {
@@ -303,4 +305,59 @@ async fn a_call_moved_past_its_wait_gives_the_shared_grant_back() {
             .is_ok()
     );
     assert_eq!(sim.starts_by_n(), [(0, 0.0), (2, 1_000.0), (3, 2_000.0)]);
+}
+
+/// A high call costing more than any waiting low call it outranks, on a
+/// shared credential of exact windows: tokens 10/1s, low calls A (10)
+/// at 0, B and C (5 each) sharing 1 s; the high call H (10) at 100 ms
+/// would start at 2 s. No swap fits and neither grant covers its cost, so
+/// it gives B's and C's grants back to the shared budget, takes 1 s, and
+/// B and C ask again behind it, at 2 s. The unit's rolling second holds.
+#[tokio::test(start_paused = true)]
+async fn a_costlier_high_call_gives_the_shared_grants_it_outranks_back() {
+    let sim = Sim::always_ok(10);
+    let budget = Arc::new(InMemoryBudget::new());
+    let credential = CredentialConfig::with_rate("100/1s".parse().unwrap())
+        .unit("tokens", UnitConfig::with_rate("10/1s".parse().unwrap()))
+        .shared(true)
+        .max_in_flight(10);
+    let defaults = Defaults {
+        window_margin: Duration::ZERO,
+        inline_wait: Duration::from_secs(10),
+        ..Defaults::default()
+    };
+    let chat = ToolConfig::write("key").cost("tokens", Cost::Argument("max_tokens".into()));
+    let config = config_with(credential, defaults).tool("chat", chat);
+    let gate = Arc::new(
+        Gate::builder(config, SimExecutor(sim.clone()))
+            .seed(1)
+            .shared(budget.clone())
+            .build()
+            .unwrap(),
+    );
+    let calls = [
+        (0, 10, Priority::Low, 0),
+        (1, 5, Priority::Low, 1),
+        (2, 5, Priority::Low, 2),
+        (3, 10, Priority::High, 100),
+    ];
+    let tasks: Vec<_> = calls
+        .into_iter()
+        .map(|(n, tokens, priority, after_ms)| {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                let call = Call::new("chat", json!({ "n": n, "max_tokens": tokens }));
+                gate.turn().call(call.priority(priority)).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        let outcome = task.await.unwrap();
+        assert!(outcome.is_ok(), "{outcome:?}");
+    }
+    let mut starts = sim.starts_by_n();
+    // B and C start together; their order between them is not the point.
+    starts.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    assert_eq!(starts, [(0, 0.0), (3, 1_000.0), (1, 2_000.0), (2, 2_000.0)]);
 }

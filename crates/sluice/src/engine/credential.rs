@@ -25,6 +25,11 @@ pub(crate) struct Credential {
     /// while nothing was charged after it, so taking one could lose it for
     /// nothing).
     pub(crate) outranks: bool,
+    /// Whether a call may give back the grants of waiting calls it
+    /// outranks and ask for an earlier start: shared, enforced, and no
+    /// bucket (the shared windows are exact logs, from which a grant comes
+    /// back whole).
+    pub(crate) outranks_shared: bool,
 }
 
 impl Credential {
@@ -38,11 +43,11 @@ impl Credential {
     }
 
     pub(crate) fn new(name: Arc<str>, limits: Limits, defaults: &Defaults) -> Self {
-        let outranks = limits.enforce
-            && !limits.shared
+        let exact = limits.enforce
             && limits.burst.is_none()
             && limits.groups.values().all(|group| group.burst.is_none())
             && limits.units.iter().all(|unit| unit.burst.is_none());
+        let (outranks, outranks_shared) = (exact && !limits.shared, exact && limits.shared);
         Credential {
             name,
             limits,
@@ -54,6 +59,7 @@ impl Credential {
             bindings: Mutex::new(HashMap::new()),
             seats: Seats::default(),
             outranks,
+            outranks_shared,
         }
     }
 }

@@ -242,6 +242,21 @@ pub(super) async fn start<'a, E: Executor>(
                 start = take_covering(seats, priority, start, (&mut local, &mut shared), home());
             }
         }
+        // On a shared credential of exact windows, a call that still waits
+        // behind waiting calls it outranks (costing more than any of them)
+        // gives their grants back and asks for an earlier start; it keeps
+        // its own if none comes.
+        if job.credential.outranks_shared
+            && start > now
+            && seats.outranks(priority, start)
+            && let Some(budget) = budget
+            && let Some((earlier, at_earlier, granted)) =
+                outrank_shared(engine, budget, scopes, job, start, latest).await
+        {
+            // Its own later start goes back (dropped).
+            (local, start, shared) = (earlier, at_earlier, granted);
+            (at, now) = engine.clock();
+        }
         if let Some(deferred) = beyond
             && start > latest
         {
@@ -451,7 +466,19 @@ async fn acquire<'a, E, P>(
     now: Micros,
     max_wait: Micros,
 ) -> Result<(Local, Micros, Option<SharedGrant<'a>>), Outcome> {
-    let local = reserve_all(scopes, now, now, max_wait, job)
+    acquire_from(engine, budget, scopes, job, (now, now), max_wait).await
+}
+
+/// [`acquire`], for a start no earlier than `not_before`.
+async fn acquire_from<'a, E, P>(
+    engine: &Engine<E>,
+    budget: Option<&'a Arc<dyn SharedBudget>>,
+    scopes: &[Arc<Scope>],
+    job: &Job<'a, P>,
+    (now, not_before): (Micros, Micros),
+    max_wait: Micros,
+) -> Result<(Local, Micros, Option<SharedGrant<'a>>), Outcome> {
+    let local = reserve_all(scopes, now, not_before, max_wait, job)
         .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
     let start = local.start().unwrap_or(now);
     match budget {
@@ -463,6 +490,38 @@ async fn acquire<'a, E, P>(
             Ok((local, start, Some(grant)))
         }
     }
+}
+
+/// Gives back what every waiting call of lower priority than the job's
+/// holds for a start before `start` — the local slots at once, the grants
+/// awaited, so that the shared budget has the room back — and asks for a
+/// start before `start`, within `latest`. The start it gets, or `None`
+/// (the caller keeps its own). The outranked calls are woken, to ask
+/// again behind it, once it has asked.
+async fn outrank_shared<'a, E, P>(
+    engine: &Engine<E>,
+    budget: &'a Arc<dyn SharedBudget>,
+    scopes: &[Arc<Scope>],
+    job: &Job<'a, P>,
+    start: Micros,
+    latest: Micros,
+) -> Option<(Local, Micros, Option<SharedGrant<'a>>)> {
+    let mut outranked = job.credential.seats.take_outranked(job.ask.priority, start);
+    let from = outranked.earliest()?;
+    let mut grants = Vec::new();
+    for holding in outranked.held.drain(..) {
+        for (scope, ticket) in &holding.local {
+            scope.refund(ticket);
+        }
+        grants.extend(holding.grant.map(|(grant, _)| grant));
+    }
+    budget.refund_now(&job.credential.name, grants).await;
+    let now = engine.now();
+    let wait = start.saturating_sub(1).min(latest).checked_sub(now)?;
+    // From the earliest start given back, where the call fits as asked.
+    let earlier = acquire_from(engine, Some(budget), scopes, job, (now, from), wait).await;
+    drop(outranked);
+    earlier.ok()
 }
 
 /// Swaps what the call holds for `start` with the earliest start among the
