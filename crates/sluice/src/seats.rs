@@ -15,8 +15,11 @@
 //!   caller starts there, charged what that call reserved, and gives its
 //!   own later start back; the outranked call wakes and asks again;
 //! - or takes what they hold and gives it back ([`Seats::outrank`],
-//!   [`Seats::outrank_one`]), where giving back loses nothing (exact
-//!   windows); the outranked calls wake and ask again.
+//!   [`Seats::outrank_one`], [`Seats::take_outranked`]), where giving
+//!   back loses nothing (exact windows, a shared log); on a bucket, only
+//!   when their starts and the caller's own are the last charged, all
+//!   given back at once ([`Seats::outrank_with`]). The outranked calls
+//!   wake and ask again.
 //!
 //! The engine seats the calls that sleep for a local or several-window
 //! shared start; a shared backend that holds each grant until its time
@@ -290,6 +293,52 @@ impl<S: Copy + Ord, T: Seated> Seats<S, T> {
         for held in outranked.held.drain(..) {
             held.give_back();
         }
+    }
+
+    /// Offers what every call of lower priority than `priority` waiting to
+    /// start before `before` holds to `give_back`, all at once, while no
+    /// call can stand up with it. When `give_back` gave it all back (true),
+    /// those calls leave their seats, woken to find it taken, and the
+    /// earliest of their starts is returned; `None`, with nothing changed,
+    /// when it did not or no such call waits.
+    pub fn outrank_with(
+        &self,
+        priority: Priority,
+        before: S,
+        give_back: impl FnOnce(&[&T]) -> bool,
+    ) -> Option<S> {
+        let mut waiting = self.waiting.lock();
+        let lower: Vec<Arc<Seat<S, T>>> = waiting
+            .iter()
+            .filter(|seat| seat.priority < priority)
+            .cloned()
+            .collect();
+        let mut states: Vec<_> = lower
+            .iter()
+            .map(|seat| (seat, seat.state.lock()))
+            .filter(|(_, state)| state.held.is_some() && state.start < before)
+            .collect();
+        let earliest = states.iter().map(|(_, state)| state.start).min()?;
+        let held: Vec<&T> = states
+            .iter()
+            .filter_map(|(_, state)| state.held.as_ref())
+            .collect();
+        if !give_back(&held) {
+            return None;
+        }
+        let mut taken = Vec::with_capacity(states.len());
+        for (seat, state) in &mut states {
+            // Given back already: dropped, not given back again.
+            state.held = None;
+            taken.push(Arc::clone(seat));
+        }
+        drop(states);
+        waiting.retain(|seat| !taken.iter().any(|t| Arc::ptr_eq(t, seat)));
+        drop(waiting);
+        for seat in &taken {
+            seat.changed.notify_one();
+        }
+        Some(earliest)
     }
 
     /// Takes what every call of lower priority than `priority` waiting to

@@ -622,8 +622,10 @@ async fn waiting_callers_are_served_by_priority_for_rate_slots_too() {
 /// that call's start: tokens 10/1s with a burst of 10, low calls A, B, C
 /// of 10 tokens each start at 0, 1 s and 2 s; a high call H of 5 tokens at
 /// 100 ms takes B's start (1 s), and B asks again behind C (3 s). A high
-/// call costing more than every waiting call (15 tokens, G) fits in no
-/// start of theirs and takes its own turn after them.
+/// call costing more than every waiting call (15 tokens) fits in no start
+/// of theirs: as their starts and its own (3.5 s) are the bucket's last
+/// charges, it gives them all back, reserves again from B's (the bucket
+/// has its 15 at 1.5 s), and B and C ask again behind it (2.5 s, 3.5 s).
 #[tokio::test(start_paused = true)]
 async fn a_high_call_takes_the_start_of_a_waiting_call_that_costs_more() {
     let credential = || {
@@ -647,7 +649,7 @@ async fn a_high_call_takes_the_start_of_a_waiting_call_that_costs_more() {
     );
     assert_eq!(
         starts_of(credential(), ("chat", chat()), calls(15)).await,
-        [(0, 0.0), (1, 1_000.0), (2, 2_000.0), (3, 3_500.0)]
+        [(0, 0.0), (3, 1_500.0), (1, 2_500.0), (2, 3_500.0)]
     );
 }
 

@@ -155,6 +155,16 @@ impl Reservation {
     }
 }
 
+/// The undo records `reservations` hold for window `index`.
+fn undos_of(reservations: &[&Reservation], index: usize) -> Vec<GcraUndo> {
+    reservations
+        .iter()
+        .flat_map(|r| r.gcra.iter())
+        .filter(|(at, _)| *at == index)
+        .map(|(_, undo)| *undo)
+        .collect()
+}
+
 /// No slot within the acceptable wait: the earliest start, nothing charged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotUntil(pub Micros);
@@ -388,6 +398,49 @@ impl LimiterCell {
         }
     }
 
+    /// True when giving back every one of `reservations` is exact: none
+    /// was voided, and in a bucket window they are the last charges made
+    /// (an exact window takes any start back).
+    pub fn gives_back_exactly(&self, reservations: &[&Reservation]) -> bool {
+        if reservations.iter().any(|r| r.generation != self.generation) {
+            return false;
+        }
+        let windows = std::iter::once(&self.algorithm).chain(&self.extra);
+        windows.enumerate().all(|(index, window)| match window {
+            Algorithm::Gcra(gcra) => gcra.are_latest(&undos_of(reservations, index)),
+            _ => true,
+        })
+    }
+
+    /// Gives back every one of `reservations`, each bucket window's latest
+    /// charge first (exact when [`LimiterCell::gives_back_exactly`] holds).
+    pub fn refund_all(&mut self, reservations: &[&Reservation]) {
+        let generation = self.generation;
+        let current: Vec<&Reservation> = reservations
+            .iter()
+            .copied()
+            .filter(|r| r.generation == generation)
+            .collect();
+        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
+        for (index, window) in windows.enumerate() {
+            match window {
+                Algorithm::Gcra(gcra) => gcra.refund_latest_first(&undos_of(&current, index)),
+                window => {
+                    for reservation in &current {
+                        window.refund(reservation.start, reservation.amount, None);
+                    }
+                }
+            }
+        }
+        if let Some(budget) = &mut self.server {
+            for reservation in &current {
+                if reservation.start < budget.reset_at {
+                    budget.remaining += reservation.server_charged;
+                }
+            }
+        }
+    }
+
     /// The true-up of a start at `start`: `delta` more was spent there
     /// (negative: less), in every window and in the server's budget.
     pub fn adjust(&mut self, start: Micros, delta: i64) {
@@ -569,6 +622,33 @@ mod tests {
         c.sync(0, 3_000 * MS, 1_000 * MS);
         assert_eq!(c.blocked_until(1_000 * MS), Some(3_000 * MS));
         assert!(c.is_idle(3_000 * MS));
+    }
+
+    /// A bucket's waiting reservations come back exactly together when
+    /// they are its latest; a set missing a later one comes back not at
+    /// all, and says so first. An exact window takes any set back.
+    #[test]
+    fn the_latest_reservations_come_back_together() {
+        let mut bucket = LimiterCell::new("1/1s".parse().unwrap(), NonZeroU32::new(1));
+        let reserved: Vec<Reservation> = (0..3)
+            .map(|_| bucket.reserve(0, 0, 10_000 * MS).unwrap())
+            .collect();
+        assert_eq!(reserved[2].start(), 2_000 * MS);
+        assert!(!bucket.gives_back_exactly(&[&reserved[1]]));
+        assert!(bucket.gives_back_exactly(&[&reserved[1], &reserved[2]]));
+        bucket.refund_all(&[&reserved[1], &reserved[2]]);
+        assert_eq!(
+            bucket.reserve(0, 0, 10_000 * MS).unwrap().start(),
+            1_000 * MS
+        );
+        let mut window = LimiterCell::new("1/1s".parse().unwrap(), None);
+        let reserved: Vec<Reservation> = (0..3)
+            .map(|_| window.reserve(0, 0, 10_000 * MS).unwrap())
+            .collect();
+        assert!(window.gives_back_exactly(&[&reserved[1]]));
+        assert!(!window.fits_at(0, 1_000 * MS, 1));
+        window.refund_all(&[&reserved[1]]);
+        assert!(window.fits_at(0, 1_000 * MS, 1));
     }
 
     #[test]

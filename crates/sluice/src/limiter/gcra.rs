@@ -103,6 +103,28 @@ impl Gcra {
         }
     }
 
+    /// True when `undos` are the last charges made, in some order, so
+    /// that [`Gcra::refund_latest_first`] gives every one back exactly.
+    pub fn are_latest(&self, undos: &[GcraUndo]) -> bool {
+        let mut tat = self.tat;
+        for undo in latest_first(undos) {
+            if tat != undo.after {
+                return false;
+            }
+            tat = undo.before;
+        }
+        true
+    }
+
+    /// Gives `undos` back, the latest charge first: all exactly when
+    /// [`Gcra::are_latest`] holds; otherwise as [`Gcra::refund`] would
+    /// each, in that order.
+    pub fn refund_latest_first(&mut self, undos: &[GcraUndo]) {
+        for undo in latest_first(undos) {
+            self.refund(undo);
+        }
+    }
+
     /// Nothing starts before `until`; from there the bucket refills from empty.
     pub fn restart_empty(&mut self, until: Micros) {
         self.tat = self.tat.max(until.saturating_add(self.tau));
@@ -126,6 +148,14 @@ impl Gcra {
         let spare = horizon.saturating_sub(self.tat.max(now));
         spare / self.interval + u64::from(self.tat <= horizon)
     }
+}
+
+/// `undos` by their charge, the latest first (a charge of nothing, made
+/// after one of something, ends where it began: it comes first).
+fn latest_first(undos: &[GcraUndo]) -> Vec<GcraUndo> {
+    let mut undos = undos.to_vec();
+    undos.sort_by_key(|undo| std::cmp::Reverse((undo.after, undo.before)));
+    undos
 }
 
 #[cfg(test)]
@@ -198,5 +228,24 @@ mod tests {
         g.charge(0);
         assert_eq!(g.available(0), 3);
         assert_eq!(g.available(100_000), 4);
+    }
+
+    /// The last charges come back exactly in any order given; a set with
+    /// a later charge left out of it does not.
+    #[test]
+    fn the_latest_charges_come_back_exactly_in_any_order() {
+        let mut g = Gcra::new("10/1s".parse().unwrap(), nz(1));
+        let first = g.charge_n(0, 2);
+        let second = g.charge_n(0, 1);
+        let nothing = g.charge_n(0, 0);
+        let third = g.charge_n(0, 3);
+        let tat = g.tat;
+        assert!(!g.are_latest(&[second, first]));
+        assert!(g.are_latest(&[second, third, nothing]));
+        g.refund_latest_first(&[second, nothing, third]);
+        assert_eq!(g.tat, tat - 4 * g.interval);
+        assert!(g.are_latest(&[first]));
+        g.refund_latest_first(&[first]);
+        assert_eq!(g.tat, 0);
     }
 }

@@ -242,6 +242,25 @@ pub(super) async fn start<'a, E: Executor>(
                 start = take_covering(seats, priority, start, (&mut local, &mut shared), home());
             }
         }
+        // On a bucket, a call that still waits behind waiting calls it
+        // outranks (costing more than any of them) gives their starts and
+        // its own back together when that is exact (they are the bucket's
+        // last charges), and reserves again from the earliest of theirs.
+        if swaps
+            && !outranks
+            && budget.is_none()
+            && start > now
+            && seats.outranks(priority, start)
+            && let Some(from) = outrank_bucket(seats, priority, start, &mut local)
+        {
+            local = match reserve_all(scopes, now, from, max_wait, job) {
+                Ok(local) => local,
+                Err((scope, deferred)) => {
+                    return Err(beyond.unwrap_or_else(|| no_slot(&scope, deferred, now)));
+                }
+            };
+            start = local.start().unwrap_or(now);
+        }
         // On a shared credential of exact windows, a call that still waits
         // behind waiting calls it outranks (costing more than any of them)
         // gives their grants back and asks for an earlier start; it keeps
@@ -490,6 +509,31 @@ async fn acquire_from<'a, E, P>(
             Ok((local, start, Some(grant)))
         }
     }
+}
+
+/// Gives back the starts of every waiting call of lower priority than
+/// `priority` before `start` together with the caller's own (`local`),
+/// when that is exact in every bucket ([`Scope::give_back_exactly`]); the
+/// earliest of their starts, to reserve again from, or `None` with
+/// nothing changed. The outranked calls are woken to ask again.
+fn outrank_bucket(
+    seats: &Seats,
+    priority: Priority,
+    start: Micros,
+    local: &mut Local,
+) -> Option<Micros> {
+    let from = seats.outrank_with(priority, start, |theirs: &[&Holding]| {
+        let held: Vec<(&Scope, &Ticket)> = local
+            .held
+            .iter()
+            .chain(theirs.iter().flat_map(|holding| holding.local.iter()))
+            .map(|(scope, ticket)| (&**scope, ticket))
+            .collect();
+        Scope::give_back_exactly(&held)
+    })?;
+    // Its own went back with theirs.
+    local.held.clear();
+    Some(from)
 }
 
 /// Gives back what every waiting call of lower priority than the job's

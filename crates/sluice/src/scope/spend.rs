@@ -103,6 +103,21 @@ impl Ticket {
     }
 }
 
+/// What `tickets` hold in unit `index`: its reservations, and its low
+/// share's.
+fn unit_reservations<'t>(
+    tickets: &[&'t Ticket],
+    index: usize,
+) -> (Vec<&'t Reservation>, Vec<&'t Reservation>) {
+    let held = tickets
+        .iter()
+        .flat_map(|ticket| &ticket.units)
+        .filter(|(unit, _, _)| *unit == index);
+    let spent = held.clone().map(|(_, spent, _)| spent).collect();
+    let shares = held.filter_map(|(_, _, share)| share.as_ref()).collect();
+    (spent, shares)
+}
+
 /// No start in time: when, which window, and whether the low share set it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Deferred {
@@ -357,6 +372,39 @@ impl Budgets {
                             .is_none_or(|cell| cell.fits_at(now, at, cost)))
             })
         })
+    }
+
+    /// True when giving back every one of `tickets` (all but their
+    /// requests) is exact in every budget ([`LimiterCell::gives_back_exactly`]).
+    pub(crate) fn give_back_exactly(&self, tickets: &[&Ticket]) -> bool {
+        let lows: Vec<&Reservation> = tickets.iter().filter_map(|t| t.low.as_ref()).collect();
+        self.low
+            .as_ref()
+            .is_none_or(|cell| cell.gives_back_exactly(&lows))
+            && self.units.iter().enumerate().all(|(index, unit)| {
+                let (spent, shares) = unit_reservations(tickets, index);
+                unit.cell.gives_back_exactly(&spent)
+                    && unit
+                        .low
+                        .as_ref()
+                        .is_none_or(|cell| cell.gives_back_exactly(&shares))
+            })
+    }
+
+    /// Gives back every one of `tickets` but their requests, each bucket's
+    /// latest charge first.
+    pub(crate) fn refund_all(&mut self, tickets: &[&Ticket]) {
+        if let Some(cell) = &mut self.low {
+            let lows: Vec<&Reservation> = tickets.iter().filter_map(|t| t.low.as_ref()).collect();
+            cell.refund_all(&lows);
+        }
+        for (index, unit) in self.units.iter_mut().enumerate() {
+            let (spent, shares) = unit_reservations(tickets, index);
+            unit.cell.refund_all(&spent);
+            if let Some(cell) = &mut unit.low {
+                cell.refund_all(&shares);
+            }
+        }
     }
 
     /// Gives back everything `ticket` holds but its requests.

@@ -17,7 +17,7 @@ use crate::Rate;
 use crate::adapt::Aimd;
 use crate::config::{GroupLimits, Limits, Priority};
 use crate::deadline::Deadline;
-use crate::limiter::{LimiterCell, Micros};
+use crate::limiter::{LimiterCell, Micros, Reservation};
 use crate::outcome::{Outcome, Reason};
 
 mod adapt;
@@ -390,6 +390,38 @@ impl Scope {
         let mut state = self.state();
         state.cell.refund(&ticket.requests);
         state.budgets.refund(ticket);
+    }
+
+    /// Gives back every one of the `tickets` held on each scope, when that
+    /// is exact on all of them (a bucket takes a start back only while it
+    /// is among the last charged; `LimiterCell::gives_back_exactly`), and
+    /// returns true; otherwise gives back nothing. The scopes are locked
+    /// together, in one order, so that the answer holds while it acts.
+    pub(crate) fn give_back_exactly(held: &[(&Scope, &Ticket)]) -> bool {
+        let mut scopes: Vec<(&Scope, Vec<&Ticket>)> = Vec::new();
+        for &(scope, ticket) in held {
+            match scopes.iter_mut().find(|(s, _)| std::ptr::eq(*s, scope)) {
+                Some((_, tickets)) => tickets.push(ticket),
+                None => scopes.push((scope, vec![ticket])),
+            }
+        }
+        scopes.sort_by_key(|(scope, _)| std::ptr::from_ref::<Scope>(scope) as usize);
+        let mut states: Vec<(MutexGuard<'_, State>, &[&Ticket])> = scopes
+            .iter()
+            .map(|(scope, tickets)| (scope.state(), tickets.as_slice()))
+            .collect();
+        let exact = states.iter().all(|(state, tickets)| {
+            let requests: Vec<&Reservation> = tickets.iter().map(|t| &t.requests).collect();
+            state.cell.gives_back_exactly(&requests) && state.budgets.give_back_exactly(tickets)
+        });
+        if exact {
+            for (state, tickets) in &mut states {
+                let requests: Vec<&Reservation> = tickets.iter().map(|t| &t.requests).collect();
+                state.cell.refund_all(&requests);
+                state.budgets.refund_all(tickets);
+            }
+        }
+        exact
     }
 
     pub(crate) fn is_current(&self, ticket: &Ticket) -> bool {
