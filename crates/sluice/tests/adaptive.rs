@@ -305,3 +305,43 @@ async fn turn_budget_stops_a_runaway_turn() {
     );
     assert_eq!(sim.count(), 6);
 }
+
+/// Slow start grows the rate with every answer, and the calls that sleep
+/// on starts reserved under the slower rate reserve again when it rises:
+/// eight calls at once against a hidden 20/s start four at once (the
+/// initial 4/s) while the other four sleep on starts a second out; once
+/// those four are answered (50 ms) the rate is 8/s, and the sleeping calls
+/// reserve again and start at once, instead of sleeping until the first
+/// second has passed.
+#[tokio::test(start_paused = true)]
+async fn slow_start_does_not_keep_the_starts_of_the_slower_rate() {
+    let executor = FakeExecutor::new(fake(20, HeaderStyle::RetryAfter), KEY);
+    let gate = fake_gate(
+        CredentialConfig::default().auto_rate().max_in_flight(20),
+        Defaults::default(),
+        &executor,
+    );
+    let outcomes = gate.turn().run((0..8).map(call)).await;
+    assert!(outcomes.iter().all(Outcome::is_ok), "{outcomes:?}");
+    let starts: Vec<f64> = executor.api().requests().iter().map(|r| r.t_ms).collect();
+    let early = starts.iter().filter(|&&t| t < 200.0).count();
+    assert_eq!(early, 8, "started in the first 200 ms: {starts:?}");
+}
+
+/// Against a hidden 20/s, offered 60/s, the first second takes nearly the
+/// whole limit, and the ramp throttles at most two requests.
+#[tokio::test(start_paused = true)]
+async fn slow_start_reaches_the_limit_within_the_first_second() {
+    let executor = FakeExecutor::new(fake(20, HeaderStyle::RetryAfter), KEY);
+    let gate = fake_gate(
+        CredentialConfig::default().auto_rate(),
+        Defaults::default(),
+        &executor,
+    );
+    offer(&gate, 60, 3, 0).await;
+    let records = executor.api().requests();
+    let per_second = accepted_per_second(&records, 3);
+    assert!(per_second[0] >= 15, "{per_second:?}");
+    let throttled = records.iter().filter(|r| r.status == 429).count();
+    assert!(throttled <= 2, "{throttled} throttled: {per_second:?}");
+}

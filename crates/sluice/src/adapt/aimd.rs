@@ -5,9 +5,14 @@
 //! (RFC 5681 §3.1: exponential growth until the first loss):
 //!
 //! - **slow start**: until the first throttle the rate doubles every 250 ms
-//!   of successes, and at most once per success (TCP doubles every round
-//!   trip; a quarter second is a round trip for most APIs, and at a low
-//!   starting rate each answer is the round trip);
+//!   of successes, at most once per success (TCP doubles every round trip;
+//!   a quarter second is a round trip for most APIs, and at a low starting
+//!   rate each answer is the round trip), and grows by at least one request
+//!   a second per success, as TCP's window grows by one segment per
+//!   acknowledgement: answers that come back together (a burst sent at
+//!   once) still double the rate per round of them. The engine then lets
+//!   the calls sleeping on starts reserved under the slower rate reserve
+//!   again;
 //! - **decrease**: on a throttle the rate drops to `β` times the rate the
 //!   server *accepted* in the second before the throttled request started
 //!   (the requests sent then, less those it refused) — against a rolling
@@ -106,6 +111,12 @@ impl Aimd {
         self.rate
     }
 
+    /// True until the first throttle: the rate doubles every
+    /// [`SLOW_START_STEP`] of successes.
+    pub fn in_slow_start(&self) -> bool {
+        self.estimate.is_none()
+    }
+
     /// A request starts at `started`.
     pub fn on_send(&mut self, started: Micros) {
         let at = self.sent.partition_point(|&t| t <= started);
@@ -160,7 +171,7 @@ impl Aimd {
         match self.estimate {
             None => {
                 let steps = (elapsed as f64 / SLOW_START_STEP as f64).min(1.0);
-                self.rate *= 2f64.powf(steps);
+                self.rate = (self.rate * 2f64.powf(steps)).max(self.rate + 1.0);
                 self.last_step = now;
             }
             Some(limit) if self.confirmed && self.rate < limit => {
@@ -238,6 +249,19 @@ mod tests {
         aimd.on_response(3 * S, 3 * S + S / 8, false);
         assert!((aimd.rate() - 32.0 * 2f64.sqrt()).abs() < 1e-9);
         assert_eq!(aimd.state().phase, "slow_start");
+    }
+
+    /// Four answers arriving together, as a burst sent at once comes back,
+    /// add one request a second each: the rate doubles per round of them.
+    #[test]
+    fn slow_start_grows_by_one_per_answer_however_close_they_come() {
+        let mut aimd = Aimd::new(4.0, None, 0);
+        for i in 0..4 {
+            aimd.on_send(0);
+            aimd.on_response(0, 50_000 + i, false);
+        }
+        assert!(aimd.rate() >= 8.0, "{}", aimd.rate());
+        assert!(aimd.in_slow_start());
     }
 
     /// Sends 20 requests in the second before `at`, then one at `at` that is refused.

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::job::Job;
 use super::reserve::Spent;
 use crate::Rate;
-use crate::config::Settle;
+use crate::config::{Priority, Settle};
 use crate::engine::{Credential, Engine};
 use crate::limiter::{Micros, micros};
 use crate::observe::Event;
@@ -63,6 +63,12 @@ pub(super) fn response<E, P>(
     let rate_rejection = signal.throttled && !signal.concurrency;
     let adapted = primary.on_response(sent, now, rate_rejection);
     log_adapted(primary, &adapted, "auto");
+    if adapted.ramped && job.credential.outranks {
+        // The calls sleeping on starts reserved under the slower rate give
+        // them back and reserve again under the new one (exact windows take
+        // any start back; the calls keep their order by priority).
+        job.credential.seats.outrank(Priority::High, Micros::MAX);
+    }
     Learned { signal, blamed }
 }
 

@@ -15,6 +15,8 @@ const LATENCY_ALPHA: f64 = 0.2;
 pub(crate) struct Adapted {
     pub(crate) rate: Option<Option<Rate>>,
     pub(crate) cap: Option<u32>,
+    /// The rate rose in the auto controller's slow start.
+    pub(crate) ramped: bool,
 }
 
 impl Scope {
@@ -40,6 +42,7 @@ impl Scope {
         Adapted {
             rate,
             cap: rate.and_then(|_| self.adjust_cap()),
+            ramped: false,
         }
     }
 
@@ -52,16 +55,30 @@ impl Scope {
 
     /// A response to a request started at `started` arrived: feeds the
     /// `rate = "auto"` controller.
+    /// True in the returned [`Adapted`]'s `ramped` when the controller,
+    /// still in slow start, raised the rate in force: the starts reserved
+    /// under the slower rate are then later than they need be.
     pub(crate) fn on_response(&self, started: Micros, now: Micros, throttled: bool) -> Adapted {
         let mut state = self.state();
         let before = state.limit.effective();
-        let changed = match &mut state.limit.auto {
-            Some(aimd) => aimd.on_response(started, now, throttled).is_some(),
-            None => false,
+        let (changed, slow_start) = match &mut state.limit.auto {
+            Some(aimd) => {
+                let slow_start = aimd.in_slow_start();
+                (
+                    aimd.on_response(started, now, throttled).is_some(),
+                    slow_start,
+                )
+            }
+            None => (false, false),
         };
         let rate = if changed { state.apply(before) } else { None };
         drop(state);
+        let raised = |after: &Option<Rate>| match (before, after) {
+            (Some(before), Some(after)) => after.per_sec() > before.per_sec(),
+            _ => false,
+        };
         Adapted {
+            ramped: slow_start && rate.as_ref().is_some_and(raised),
             rate,
             cap: rate.and_then(|_| self.adjust_cap()),
         }
