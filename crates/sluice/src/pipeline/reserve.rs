@@ -575,13 +575,10 @@ fn swap(
     seats: &Seats,
     priority: Priority,
     start: Micros,
-    (local, shared): (&mut Local, &mut Option<SharedGrant<'_>>),
+    guards: (&mut Local, &mut Option<SharedGrant<'_>>),
     home: Option<GrantHome>,
 ) -> Micros {
-    let mut holding = hand_over(local, shared, home);
-    let start = seats.swap(priority, start, &mut holding);
-    take_back(holding, local, shared);
-    start
+    with_holding(guards, home, |holding| seats.swap(priority, start, holding))
 }
 
 /// Takes what the earliest waiting call it outranks whose spend covers
@@ -591,12 +588,12 @@ fn take_covering(
     seats: &Seats,
     priority: Priority,
     start: Micros,
-    (local, shared): (&mut Local, &mut Option<SharedGrant<'_>>),
+    guards: (&mut Local, &mut Option<SharedGrant<'_>>),
     home: Option<GrantHome>,
 ) -> Micros {
-    let mut holding = hand_over(local, shared, home);
-    let taken = seats.take_covering(priority, start, &mut holding);
-    take_back(holding, local, shared);
+    let taken = with_holding(guards, home, |holding| {
+        seats.take_covering(priority, start, holding)
+    });
     match taken {
         Some((taken, own)) => {
             // Its own later start: exact on a window, forgone on a bucket
@@ -606,6 +603,19 @@ fn take_covering(
         }
         None => start,
     }
+}
+
+/// Runs `f` on what the guards hold, taken out of them, and puts what it
+/// leaves back into them.
+fn with_holding<R>(
+    (local, shared): (&mut Local, &mut Option<SharedGrant<'_>>),
+    home: Option<GrantHome>,
+    f: impl FnOnce(&mut Holding) -> R,
+) -> R {
+    let mut holding = hand_over(local, shared, home);
+    let result = f(&mut holding);
+    take_back(holding, local, shared);
+    result
 }
 
 /// What the guards hold, taken out of them (to seat or swap it).
