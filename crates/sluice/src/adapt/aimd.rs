@@ -112,7 +112,7 @@ impl Aimd {
     }
 
     /// True until the first throttle: the rate doubles every
-    /// [`SLOW_START_STEP`] of successes.
+    /// 250 ms of successes.
     pub fn in_slow_start(&self) -> bool {
         self.estimate.is_none()
     }
