@@ -289,29 +289,32 @@ impl InMemoryBudget {
         // Room in front of later grants (a refund, a true-up below the
         // estimate) goes to a call that fits there as asked in every
         // window, as the Redis backend's spend does; no grant moves.
-        let fits_as_asked = request.windows.iter().all(|window| {
-            window_entry(state, request.credential, window)
-                .cell
-                .fits_at(now, start, window.cost)
-        });
+        let fits_as_asked = start.saturating_sub(now) <= max_wait
+            && request.windows.iter().all(|window| {
+                window_entry(state, request.credential, window)
+                    .cell
+                    .fits_at(now, start, window.cost)
+            });
         // Otherwise: a later start never fits a window worse once the
         // windows have agreed on it, so a few rounds settle on the common
         // start.
-        for _ in 0..if fits_as_asked { 0 } else { 4 } {
-            let mut moved = false;
-            for window in request.windows {
-                let entry = window_entry(state, request.credential, window);
-                let (earliest, _) = entry.cell.earliest_for(now, start, window.cost);
-                if earliest - now > max_wait {
-                    return denied(&window.scope, earliest - now, Hold::Rate);
+        if !fits_as_asked {
+            for _ in 0..4 {
+                let mut moved = false;
+                for window in request.windows {
+                    let entry = window_entry(state, request.credential, window);
+                    let (earliest, _) = entry.cell.earliest_for(now, start, window.cost);
+                    if earliest - now > max_wait {
+                        return denied(&window.scope, earliest - now, Hold::Rate);
+                    }
+                    if earliest > start {
+                        start = earliest;
+                        moved = true;
+                    }
                 }
-                if earliest > start {
-                    start = earliest;
-                    moved = true;
+                if !moved {
+                    break;
                 }
-            }
-            if !moved {
-                break;
             }
         }
         let id = self.next_id();

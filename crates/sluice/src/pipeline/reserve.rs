@@ -554,10 +554,7 @@ async fn outrank_shared<'a, E, P>(
     let from = outranked.earliest()?;
     let mut grants = Vec::new();
     for holding in outranked.held.drain(..) {
-        for (scope, ticket) in &holding.local {
-            scope.refund(ticket);
-        }
-        grants.extend(holding.grant.map(|(grant, _)| grant));
+        grants.extend(holding.give_back_local().map(|(grant, _)| grant));
     }
     budget.refund_now(&job.credential.name, grants).await;
     let now = engine.now();

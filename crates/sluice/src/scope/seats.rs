@@ -22,6 +22,17 @@ pub(crate) struct Holding {
     pub(crate) grant: Option<(Grant, GrantHome)>,
 }
 
+impl Holding {
+    /// Gives the local slots back; the grant, if any, is the caller's to
+    /// give back (at once or awaited).
+    pub(crate) fn give_back_local(self) -> Option<(Grant, GrantHome)> {
+        for (scope, ticket) in &self.local {
+            scope.refund(ticket);
+        }
+        self.grant
+    }
+}
+
 impl crate::seats::Seated for Holding {
     /// The same scopes, the same charges on each (requests, low share,
     /// the cost in each unit), and a grant or none.
@@ -52,10 +63,7 @@ impl crate::seats::Seated for Holding {
     }
 
     fn give_back(self) {
-        for (scope, ticket) in &self.local {
-            scope.refund(ticket);
-        }
-        if let Some((grant, (budget, credential))) = self.grant {
+        if let Some((grant, (budget, credential))) = self.give_back_local() {
             budget.refund(&credential, grant);
         }
     }
