@@ -65,10 +65,7 @@ impl Algorithm {
     fn adjust(&mut self, at: Micros, delta: i64) {
         match self {
             Algorithm::Unlimited => {}
-            Algorithm::Window(window) if delta >= 0 => window.add_at(at, delta.unsigned_abs()),
-            Algorithm::Window(window) => {
-                window.refund_n(at, delta.unsigned_abs());
-            }
+            Algorithm::Window(window) => window.adjust(at, delta),
             Algorithm::Gcra(gcra) => gcra.adjust(at, delta),
         }
     }
@@ -107,16 +104,19 @@ impl Algorithm {
     fn usage(&self, now: Micros) -> Option<(u64, u64)> {
         match self {
             Algorithm::Unlimited => None,
-            Algorithm::Window(window) => {
-                let used = window.used(now);
-                Some((used, window.capacity().saturating_sub(used)))
-            }
+            Algorithm::Window(window) => Some(window_usage(window, now)),
             Algorithm::Gcra(gcra) => {
                 let left = gcra.available(now);
                 Some((gcra.capacity().saturating_sub(left), left))
             }
         }
     }
+}
+
+/// Spent in an exact window ending at `now`, and what is left of it.
+fn window_usage(window: &SlidingWindow, now: Micros) -> (u64, u64) {
+    let used = window.used(now);
+    (used, window.capacity().saturating_sub(used))
 }
 
 /// What the server last said about the current window: `remaining` starts
@@ -138,8 +138,9 @@ pub struct Reservation {
     start: Micros,
     amount: u64,
     generation: u64,
-    /// Undo records of the bucket windows, by window index.
-    gcra: Vec<(usize, GcraUndo)>,
+    /// The undo record of the first window, when it is a bucket (the
+    /// further windows are exact: they take any start back).
+    gcra: Option<GcraUndo>,
     server_charged: u64,
 }
 
@@ -155,14 +156,9 @@ impl Reservation {
     }
 }
 
-/// The undo records `reservations` hold for window `index`.
-fn undos_of(reservations: &[&Reservation], index: usize) -> Vec<GcraUndo> {
-    reservations
-        .iter()
-        .flat_map(|r| r.gcra.iter())
-        .filter(|(at, _)| *at == index)
-        .map(|(_, undo)| *undo)
-        .collect()
+/// The undo records `reservations` hold for the first window.
+fn undos_of(reservations: &[&Reservation]) -> Vec<GcraUndo> {
+    reservations.iter().filter_map(|r| r.gcra).collect()
 }
 
 /// No slot within the acceptable wait: the earliest start, nothing charged.
@@ -199,8 +195,8 @@ pub struct WindowUsage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimiterCell {
     algorithm: Algorithm,
-    /// Further windows, as configured.
-    extra: Vec<Algorithm>,
+    /// Further windows, as configured: always exact.
+    extra: Vec<SlidingWindow>,
     /// No start before this (a server penalty).
     penalty_until: Micros,
     server: Option<ServerBudget>,
@@ -221,10 +217,7 @@ impl LimiterCell {
             return Self::unlimited();
         };
         let mut cell = Self::new(*first, burst);
-        cell.extra = rest
-            .iter()
-            .map(|rate| Algorithm::Window(SlidingWindow::new(*rate)))
-            .collect();
+        cell.extra = rest.iter().map(|rate| SlidingWindow::new(*rate)).collect();
         cell
     }
 
@@ -266,11 +259,10 @@ impl LimiterCell {
 
     /// The most one start can spend: the smallest window's count (or burst).
     pub fn capacity(&self) -> u64 {
-        std::iter::once(&self.algorithm)
-            .chain(&self.extra)
-            .map(Algorithm::capacity)
-            .min()
-            .unwrap_or(u64::MAX)
+        self.extra
+            .iter()
+            .map(SlidingWindow::capacity)
+            .fold(self.algorithm.capacity(), u64::min)
     }
 
     fn earliest_after(
@@ -296,9 +288,12 @@ impl LimiterCell {
             Binding::Free
         };
         let mut at = floor;
-        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
-        for (index, window) in windows.enumerate() {
-            let earliest = window.earliest(now, floor, amount);
+        let first = self.algorithm.earliest(now, floor, amount);
+        let further = self
+            .extra
+            .iter_mut()
+            .map(|window| window.earliest_for(now, floor, amount));
+        for (index, earliest) in std::iter::once(first).chain(further).enumerate() {
             if earliest > at {
                 at = earliest;
                 binding = Binding::Window(index);
@@ -318,8 +313,10 @@ impl LimiterCell {
         };
         server_allows
             && at >= self.penalty_until
-            && std::iter::once(&mut self.algorithm)
-                .chain(&mut self.extra)
+            && self.algorithm.fits_at(now, at, amount)
+            && self
+                .extra
+                .iter_mut()
                 .all(|window| window.fits_at(now, at, amount))
     }
 
@@ -352,12 +349,9 @@ impl LimiterCell {
     /// Charges a start spending `amount` at `start`, which an
     /// [`LimiterCell::earliest_for`] of at most `start` allowed.
     pub fn charge_at(&mut self, start: Micros, amount: u64) -> Reservation {
-        let mut gcra = Vec::new();
-        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
-        for (index, window) in windows.enumerate() {
-            if let Some(undo) = window.charge(start, amount) {
-                gcra.push((index, undo));
-            }
+        let gcra = self.algorithm.charge(start, amount);
+        for window in &mut self.extra {
+            window.charge_n(start, amount);
         }
         let server_charged = match &mut self.server {
             Some(budget) if start < budget.reset_at => {
@@ -381,14 +375,10 @@ impl LimiterCell {
         if reservation.generation != self.generation {
             return;
         }
-        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
-        for (index, window) in windows.enumerate() {
-            let undo = reservation
-                .gcra
-                .iter()
-                .find(|(at, _)| *at == index)
-                .map(|(_, undo)| *undo);
-            window.refund(reservation.start, reservation.amount, undo);
+        self.algorithm
+            .refund(reservation.start, reservation.amount, reservation.gcra);
+        for window in &mut self.extra {
+            window.refund_n(reservation.start, reservation.amount);
         }
         if reservation.server_charged > 0
             && let Some(budget) = &mut self.server
@@ -405,11 +395,10 @@ impl LimiterCell {
         if reservations.iter().any(|r| r.generation != self.generation) {
             return false;
         }
-        let windows = std::iter::once(&self.algorithm).chain(&self.extra);
-        windows.enumerate().all(|(index, window)| match window {
-            Algorithm::Gcra(gcra) => gcra.are_latest(&undos_of(reservations, index)),
+        match &self.algorithm {
+            Algorithm::Gcra(gcra) => gcra.are_latest(&undos_of(reservations)),
             _ => true,
-        })
+        }
     }
 
     /// Gives back every one of `reservations`, each bucket window's latest
@@ -421,15 +410,17 @@ impl LimiterCell {
             .copied()
             .filter(|r| r.generation == generation)
             .collect();
-        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
-        for (index, window) in windows.enumerate() {
-            match window {
-                Algorithm::Gcra(gcra) => gcra.refund_latest_first(&undos_of(&current, index)),
-                window => {
-                    for reservation in &current {
-                        window.refund(reservation.start, reservation.amount, None);
-                    }
+        match &mut self.algorithm {
+            Algorithm::Gcra(gcra) => gcra.refund_latest_first(&undos_of(&current)),
+            window => {
+                for reservation in &current {
+                    window.refund(reservation.start, reservation.amount, None);
                 }
+            }
+        }
+        for window in &mut self.extra {
+            for reservation in &current {
+                window.refund_n(reservation.start, reservation.amount);
             }
         }
         if let Some(budget) = &mut self.server {
@@ -447,8 +438,8 @@ impl LimiterCell {
         if delta == 0 {
             return;
         }
-        let windows = std::iter::once(&mut self.algorithm).chain(&mut self.extra);
-        for window in windows {
+        self.algorithm.adjust(start, delta);
+        for window in &mut self.extra {
             window.adjust(start, delta);
         }
         if let Some(budget) = &mut self.server
@@ -541,21 +532,20 @@ impl LimiterCell {
 
     /// Each window's use at `now`, first window first (`None`: no rate of its own).
     pub fn usage(&self, now: Micros) -> Vec<Option<WindowUsage>> {
-        std::iter::once(&self.algorithm)
-            .chain(&self.extra)
-            .map(|window| {
-                window
-                    .usage(now)
-                    .map(|(used, remaining)| WindowUsage { used, remaining })
-            })
+        let further = self
+            .extra
+            .iter()
+            .map(|window| Some(window_usage(window, now)));
+        let first = self.algorithm.usage(now);
+        std::iter::once(first)
+            .chain(further)
+            .map(|usage| usage.map(|(used, remaining)| WindowUsage { used, remaining }))
             .collect()
     }
 
     /// True when the cell is indistinguishable from a fresh one from `now` on.
     pub fn is_idle(&self, now: Micros) -> bool {
-        let own = std::iter::once(&self.algorithm)
-            .chain(&self.extra)
-            .all(|window| window.is_idle(now));
+        let own = self.algorithm.is_idle(now) && self.extra.iter().all(|w| w.is_idle(now));
         own && self.penalty_until <= now && self.server.is_none_or(|b| b.reset_at <= now)
     }
 

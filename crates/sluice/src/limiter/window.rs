@@ -176,10 +176,15 @@ impl SlidingWindow {
         }
     }
 
-    /// The true-up of a start at `at`: `amount` more spent there (a start
-    /// of its own, so that a later refund of the estimate still finds it).
-    pub fn add_at(&mut self, at: Micros, amount: u64) {
-        self.charge_n(at, amount);
+    /// The true-up of a start at `at`: `delta` more spent there (a start
+    /// of its own, so that a later refund of the estimate still finds
+    /// it), or given back (negative).
+    pub fn adjust(&mut self, at: Micros, delta: i64) {
+        if delta >= 0 {
+            self.charge_n(at, delta.unsigned_abs());
+        } else {
+            self.refund_n(at, delta.unsigned_abs());
+        }
     }
 
     /// Forgets reserved starts after `now`: their callers were told to re-reserve.
@@ -348,7 +353,7 @@ mod tests {
         w.charge_n(0, 50);
         assert!(w.refund_n(0, 30));
         assert_eq!(w.used(0), 20);
-        w.add_at(0, 70);
+        w.adjust(0, 70);
         assert_eq!(w.used(0), 90);
         assert_eq!(w.earliest_for(10, 0, 20), 1_000_000);
     }
