@@ -82,7 +82,7 @@ impl<E> Engine<E> {
         self.scopes.get(&credential.name, DEFAULT_SCOPE, now, || {
             Scope::primary(
                 credential.name.clone(),
-                Arc::from(DEFAULT_SCOPE),
+                self.default_scope.clone(),
                 &credential.limits,
                 now,
             )

@@ -32,6 +32,9 @@ pub(crate) struct Engine<E> {
     /// What each configured tool spends besides its request (issue 14).
     pub(crate) spends: FastMap<Arc<str>, Arc<Spend>>,
     pub(crate) scopes: Registry,
+    /// [`DEFAULT_SCOPE`](crate::signal::DEFAULT_SCOPE), once for every
+    /// credential's own scope: a look-up compares it with bytes in cache.
+    pub(crate) default_scope: Arc<str>,
     rng: Mutex<Box<dyn RngCore + Send>>,
     /// Where the engine's microsecond clock starts, as an instant...
     origin: Instant,
@@ -96,6 +99,7 @@ impl<E> Engine<E> {
         let rng = rng.unwrap_or_else(|| Box::new(StdRng::from_os_rng()));
         Ok(Engine {
             scopes: Registry::new(micros(defaults.scope_idle)),
+            default_scope: Arc::from(crate::signal::DEFAULT_SCOPE),
             defaults,
             executor,
             credentials,

@@ -12,17 +12,25 @@ use crate::limiter::Micros;
 /// Scopes by credential, then by scope name.
 type Map = FastMap<Arc<str>, FastMap<Arc<str>, Arc<Scope>>>;
 
-/// Scopes examined for eviction per look-up. Each look-up creates at most
-/// one scope and examines two, so idle scopes leave at least as fast as new
-/// ones arrive, and no look-up ever pays for more than two.
-const EXAMINED_PER_LOOKUP: usize = 2;
+/// Scopes examined for eviction per look-up that creates one: idle scopes
+/// leave at least as fast as new ones arrive, and no look-up ever pays for
+/// more than two.
+const EXAMINED_PER_INSERT: usize = 2;
+
+/// Look-ups of a live scope per scope examined. The map only grows on an
+/// insert, which pays for its own room; a look-up that finds its scope
+/// examines one now and then, so that idle scopes still leave a map that
+/// stopped growing. Examining is a cache miss or more for each scope on a
+/// large map, so it is not paid on every call.
+const HITS_PER_EXAMINED: u32 = 8;
 
 /// Live scopes. A scope is only evicted while nobody holds it and it is as
 /// good as fresh, so recreating it on the next call changes nothing.
 ///
 /// Eviction is incremental, like a clock hand: every live scope has one
-/// place in a ring, and each look-up examines the next two, evicting them
-/// or sending them round again. A sweep of the whole map instead would, with
+/// place in a ring, and a look-up examines the next ones (two when it
+/// creates a scope, one every eight look-ups otherwise), evicting them or
+/// sending them round again. A sweep of the whole map instead would, with
 /// 100,000 keys, hold the lock for milliseconds while every call waits.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -35,6 +43,8 @@ struct Table {
     map: Map,
     /// Every live scope, once each: examined without a look-up.
     ring: VecDeque<Arc<Scope>>,
+    /// Look-ups that found their scope since one was last examined.
+    hits: u32,
 }
 
 impl Registry {
@@ -49,31 +59,43 @@ impl Registry {
         self.table.lock()
     }
 
-    /// The scope `(credential, name)`, created by `make` if absent.
+    /// The scope `(credential, name)`, created by `make` if absent. The
+    /// map keeps `credential` itself (the credential's one name, not a
+    /// copy), so a look-up's comparison reads bytes the caller has in
+    /// cache.
     pub(crate) fn get(
         &self,
-        credential: &str,
+        credential: &Arc<str>,
         name: &str,
         now: Micros,
         make: impl FnOnce() -> Scope,
     ) -> Arc<Scope> {
         let mut table = self.table();
-        table.examine(now, self.idle);
-        let Table { map, ring } = &mut *table;
-        let scopes = match map.get_mut(credential) {
+        let Table { map, ring, hits } = &mut *table;
+        let scopes = match map.get_mut(&**credential) {
             Some(scopes) => scopes,
-            None => map.entry(Arc::from(credential)).or_default(),
+            None => map.entry(credential.clone()).or_default(),
         };
-        let scope = match scopes.get(name) {
-            Some(scope) => scope.clone(),
+        let (scope, examined) = match scopes.get(name) {
+            Some(scope) => {
+                *hits += 1;
+                let examined = if *hits == HITS_PER_EXAMINED {
+                    *hits = 0;
+                    1
+                } else {
+                    0
+                };
+                (scope.clone(), examined)
+            }
             None => {
                 let scope = Arc::new(make());
                 scopes.insert(scope.name.clone(), scope.clone());
                 ring.push_back(scope.clone());
-                scope
+                (scope, EXAMINED_PER_INSERT)
             }
         };
         scope.touch(now);
+        table.examine(examined, now, self.idle);
         scope
     }
 
@@ -108,8 +130,8 @@ impl Registry {
 impl Table {
     /// Examines the next scopes of the ring: forgets those idle and
     /// unheld, sends the others round again.
-    fn examine(&mut self, now: Micros, idle: Micros) {
-        for _ in 0..EXAMINED_PER_LOOKUP.min(self.ring.len()) {
+    fn examine(&mut self, count: usize, now: Micros, idle: Micros) {
+        for _ in 0..count.min(self.ring.len()) {
             let Some(scope) = self.ring.pop_front() else {
                 return;
             };
@@ -144,7 +166,9 @@ mod tests {
     }
 
     fn get(registry: &Registry, credential: &str, now: Micros) -> Arc<Scope> {
-        registry.get(credential, "api_key", now, || make(credential, now))
+        registry.get(&Arc::from(credential), "api_key", now, || {
+            make(credential, now)
+        })
     }
 
     #[test]
@@ -175,14 +199,16 @@ mod tests {
         let later = IDLE + 1;
         // "recent" was used again just before the examinations.
         get(&registry, "recent", later - 1);
-        for _ in 0..10 {
+        // Look-ups of a live scope examine one in HITS_PER_EXAMINED: ten
+        // rounds of the ring's four scopes.
+        for _ in 0..40 * HITS_PER_EXAMINED {
             get(&registry, "other", later);
         }
         assert_eq!(registry.count("stale"), 0);
         assert_eq!(registry.count("held"), 1);
         assert_eq!(registry.count("recent"), 1);
         drop(held);
-        for _ in 0..10 {
+        for _ in 0..40 * HITS_PER_EXAMINED {
             get(&registry, "other", later + IDLE);
         }
         assert_eq!(registry.count("held"), 0);
