@@ -1,46 +1,57 @@
-//! The map of live scopes, keyed by credential then scope name; idle scopes are evicted.
+//! The table of live scopes, found by credential and scope name; idle scopes are evicted.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::Scope;
-use crate::hash::FastMap;
+use crate::hash::{BuildFastHasher, FastMap};
 use crate::limiter::Micros;
-
-/// Scopes by credential, then by scope name.
-type Map = FastMap<Arc<str>, FastMap<Arc<str>, Arc<Scope>>>;
+use crate::signal::DEFAULT_SCOPE;
 
 /// Scopes examined for eviction per look-up that creates one: idle scopes
 /// leave at least as fast as new ones arrive, and no look-up ever pays for
 /// more than two.
 const EXAMINED_PER_INSERT: usize = 2;
 
-/// Look-ups of a live scope per scope examined. The map only grows on an
+/// Look-ups of a live scope per scope examined. The table only grows on an
 /// insert, which pays for its own room; a look-up that finds its scope
-/// examines one now and then, so that idle scopes still leave a map that
+/// examines one now and then, so that idle scopes still leave a table that
 /// stopped growing. Examining is a cache miss or more for each scope on a
-/// large map, so it is not paid on every call.
+/// large table, so it is not paid on every call.
 const HITS_PER_EXAMINED: u32 = 8;
 
 /// Live scopes. A scope is only evicted while nobody holds it and it is as
 /// good as fresh, so recreating it on the next call changes nothing.
 ///
+/// One flat table holds every scope, found by the hash of its credential
+/// and name and compared on the names the scope itself keeps: a look-up on
+/// a table of a million is one probe and the scope, not a credential's
+/// entry, then its own map of scopes, then the scope (each a cache miss),
+/// and an entry is one pointer.
+///
 /// Eviction is incremental, like a clock hand: every live scope has one
 /// place in a ring, and a look-up examines the next ones (two when it
 /// creates a scope, one every eight look-ups otherwise), evicting them or
-/// sending them round again. A sweep of the whole map instead would, with
+/// sending them round again. A sweep of the whole table instead would, with
 /// 100,000 keys, hold the lock for milliseconds while every call waits.
 #[derive(Debug)]
 pub(crate) struct Registry {
     table: Mutex<Table>,
+    hasher: BuildFastHasher,
     idle: Micros,
 }
 
 #[derive(Debug, Default)]
 struct Table {
-    map: Map,
+    scopes: HashTable<Arc<Scope>>,
+    /// Per credential with any, its scopes other than its own
+    /// ([`DEFAULT_SCOPE`]): the server-reported ones and groups, which are
+    /// capped per credential.
+    others: FastMap<Arc<str>, usize>,
     /// Every live scope, once each: examined without a look-up.
     ring: VecDeque<Arc<Scope>>,
     /// Look-ups that found their scope since one was last examined.
@@ -51,6 +62,7 @@ impl Registry {
     pub(crate) fn new(idle: Micros) -> Self {
         Registry {
             table: Mutex::new(Table::default()),
+            hasher: BuildFastHasher::default(),
             idle,
         }
     }
@@ -59,10 +71,12 @@ impl Registry {
         self.table.lock()
     }
 
-    /// The scope `(credential, name)`, created by `make` if absent. The
-    /// map keeps `credential` itself (the credential's one name, not a
-    /// copy), so a look-up's comparison reads bytes the caller has in
-    /// cache.
+    fn hash(&self, credential: &str, name: &str) -> u64 {
+        self.hasher.hash_one((credential, name))
+    }
+
+    /// The scope `(credential, name)`, created by `make` if absent (which
+    /// must make it with these names).
     pub(crate) fn get(
         &self,
         credential: &Arc<str>,
@@ -70,82 +84,99 @@ impl Registry {
         now: Micros,
         make: impl FnOnce() -> Scope,
     ) -> Arc<Scope> {
+        let hash = self.hash(credential, name);
         let mut table = self.table();
-        let Table { map, ring, hits } = &mut *table;
-        let scopes = match map.get_mut(&**credential) {
-            Some(scopes) => scopes,
-            None => map.entry(credential.clone()).or_default(),
-        };
-        let (scope, examined) = match scopes.get(name) {
+        let examined = match table.scopes.find(hash, |scope| scope.is(credential, name)) {
             Some(scope) => {
-                *hits += 1;
-                let examined = if *hits == HITS_PER_EXAMINED {
-                    *hits = 0;
+                let scope = scope.clone();
+                table.hits += 1;
+                let examined = if table.hits == HITS_PER_EXAMINED {
+                    table.hits = 0;
                     1
                 } else {
                     0
                 };
-                (scope.clone(), examined)
+                scope.touch(now);
+                table.examine(examined, now, self);
+                return scope;
             }
-            None => {
-                let scope = Arc::new(make());
-                scopes.insert(scope.name.clone(), scope.clone());
-                ring.push_back(scope.clone());
-                (scope, EXAMINED_PER_INSERT)
-            }
+            None => EXAMINED_PER_INSERT,
         };
+        let scope = Arc::new(make());
+        debug_assert!(scope.is(credential, name));
+        table.insert(scope.clone(), hash, self);
         scope.touch(now);
-        table.examine(examined, now, self.idle);
+        table.examine(examined, now, self);
         scope
     }
 
     /// The scope if it exists; never creates one.
     pub(crate) fn find(&self, credential: &str, name: &str) -> Option<Arc<Scope>> {
-        self.table().map.get(credential)?.get(name).cloned()
+        let hash = self.hash(credential, name);
+        self.table()
+            .scopes
+            .find(hash, |scope| scope.is(credential, name))
+            .cloned()
     }
 
     /// Number of scopes a credential has now.
     pub(crate) fn count(&self, credential: &str) -> usize {
-        self.table().map.get(credential).map_or(0, HashMap::len)
+        let own = usize::from(self.find(credential, DEFAULT_SCOPE).is_some());
+        own + self.table().others.get(credential).copied().unwrap_or(0)
     }
 
     /// Every live scope.
     pub(crate) fn all(&self) -> Vec<Arc<Scope>> {
-        let table = self.table();
-        let map = &table.map;
-        let mut scopes: Vec<_> = map
-            .values()
-            .flat_map(|scopes| scopes.values().cloned())
-            .collect();
+        let mut scopes: Vec<_> = self.table().scopes.iter().cloned().collect();
         scopes.sort_by(|a, b| (&a.credential, &a.name).cmp(&(&b.credential, &b.name)));
         scopes
     }
 
     /// Total number of live scopes.
     pub(crate) fn len(&self) -> usize {
-        self.table().map.values().map(HashMap::len).sum()
+        self.table().scopes.len()
     }
 }
 
 impl Table {
+    fn insert(&mut self, scope: Arc<Scope>, hash: u64, registry: &Registry) {
+        if &*scope.name != DEFAULT_SCOPE {
+            *self.others.entry(scope.credential.clone()).or_default() += 1;
+        }
+        self.ring.push_back(scope.clone());
+        self.scopes.insert_unique(hash, scope, |scope| {
+            registry.hash(&scope.credential, &scope.name)
+        });
+    }
+
     /// Examines the next scopes of the ring: forgets those idle and
     /// unheld, sends the others round again.
-    fn examine(&mut self, count: usize, now: Micros, idle: Micros) {
+    fn examine(&mut self, count: usize, now: Micros, registry: &Registry) {
         for _ in 0..count.min(self.ring.len()) {
             let Some(scope) = self.ring.pop_front() else {
                 return;
             };
             // Holding the lock, no new reference can be handed out, so a
-            // count of two means only the map and the ring hold it.
-            if Arc::strong_count(&scope) == 2 && scope.is_evictable(now, idle) {
-                if let Some(scopes) = self.map.get_mut(&*scope.credential) {
-                    scopes.remove(&*scope.name);
-                    if scopes.is_empty() {
-                        self.map.remove(&*scope.credential);
-                    }
-                }
+            // count of two means only the table and the ring hold it.
+            if Arc::strong_count(&scope) == 2 && scope.is_evictable(now, registry.idle) {
+                self.remove(&scope, registry);
             } else {
                 self.ring.push_back(scope);
+            }
+        }
+    }
+
+    fn remove(&mut self, scope: &Arc<Scope>, registry: &Registry) {
+        let hash = registry.hash(&scope.credential, &scope.name);
+        if let Ok(entry) = self.scopes.find_entry(hash, |s| Arc::ptr_eq(s, scope)) {
+            entry.remove();
+        }
+        if &*scope.name != DEFAULT_SCOPE
+            && let Some(others) = self.others.get_mut(&*scope.credential)
+        {
+            *others -= 1;
+            if *others == 0 {
+                self.others.remove(&*scope.credential);
             }
         }
     }
@@ -213,6 +244,33 @@ mod tests {
         }
         assert_eq!(registry.count("held"), 0);
         assert_eq!(registry.count("recent"), 0);
+    }
+
+    #[test]
+    fn a_credential_counts_its_own_and_its_reported_scopes() {
+        let registry = Registry::new(IDLE);
+        let credential: Arc<str> = Arc::from("k");
+        let limits = CredentialConfig::with_rate("10/1s".parse().unwrap())
+            .resolve("k", &Defaults::default())
+            .unwrap();
+        for name in ["search", "write"] {
+            registry.get(&credential, name, 0, || {
+                Scope::reported(credential.clone(), Arc::from(name), &limits, 0)
+            });
+        }
+        get(&registry, "other", 0);
+        assert_eq!(registry.count("k"), 2);
+        get(&registry, "k", 0);
+        assert_eq!(registry.count("k"), 3);
+        assert_eq!(registry.count("other"), 1);
+        assert!(registry.find("k", "search").is_some());
+        assert!(registry.find("other", "search").is_none());
+        // All idle: new keys evict them, and the counts follow.
+        for i in 0..10 {
+            get(&registry, &format!("new{i}"), IDLE + 1);
+        }
+        assert_eq!(registry.count("k"), 0);
+        assert!(registry.table().others.is_empty());
     }
 
     #[test]

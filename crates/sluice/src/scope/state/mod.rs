@@ -1,6 +1,6 @@
 //! One scope at run time: its limiter cell, what it learned, its admission, its counters.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -65,7 +65,6 @@ struct State {
     quota_until: Micros,
     /// Exponentially weighted moving average of response latency.
     latency: Duration,
-    last_used: Micros,
     /// Requests really sent (in shadow mode, more than the cell admitted).
     sent: SentLog,
 }
@@ -101,6 +100,9 @@ pub(crate) struct Scope {
     crowding: Mutex<Crowding>,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
+    /// The latest call's time: kept beside the names a look-up compares,
+    /// and set without the state's lock.
+    last_used: AtomicU64,
     outcomes: [AtomicU64; OUTCOME_KINDS.len()],
     /// Shadow mode: what enforcing would have done.
     shadow: OnceLock<Box<ShadowCounters>>,
@@ -250,7 +252,6 @@ impl Scope {
                 limit,
                 quota_until: 0,
                 latency: limits.expected_latency,
-                last_used: now,
                 sent: SentLog::default(),
             }),
             admission,
@@ -259,6 +260,7 @@ impl Scope {
             crowding: Mutex::new(Crowding::default()),
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
+            last_used: AtomicU64::new(now),
             outcomes: Default::default(),
             shadow: OnceLock::new(),
         }
@@ -269,8 +271,12 @@ impl Scope {
     }
 
     pub(crate) fn touch(&self, now: Micros) {
-        let mut state = self.state();
-        state.last_used = state.last_used.max(now);
+        self.last_used.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Whether this is the scope `name` of `credential`.
+    pub(crate) fn is(&self, credential: &str, name: &str) -> bool {
+        *self.name == *name && *self.credential == *credential
     }
 
     /// Waits for a concurrency permit in the bounded queue. A full queue, or
@@ -547,6 +553,6 @@ impl Scope {
             && state.quota_until <= now
             && state.limit.learned.is_none()
             && state.limit.auto.is_none()
-            && state.last_used.saturating_add(idle) <= now
+            && self.last_used.load(Ordering::Relaxed).saturating_add(idle) <= now
     }
 }
