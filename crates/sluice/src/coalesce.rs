@@ -61,6 +61,23 @@ impl Flights {
         }
     }
 
+    /// The answer to `key` if this turn has one `ok` within the TTL at
+    /// `now`, without waiting: what [`Flights::run`] would reuse, found
+    /// before a call builds the future and the deadline timer it needs to
+    /// join or lead a flight.
+    pub(crate) fn answered(&self, key: &FlightKey, now: Instant) -> Option<Completion> {
+        let mut table = self.table.lock();
+        table.sweep(now, self.ttl);
+        let flight = table.flights.get(key)?;
+        let (completion, _) = flight
+            .result
+            .get()
+            .filter(|_| flight.is_live(now, self.ttl))?;
+        let mut completion = completion.clone();
+        completion.coalesced = true;
+        Some(completion)
+    }
+
     /// Runs `work` for `key` unless an identical read is in flight (join it)
     /// or answered `ok` within the TTL (reuse it), at `now` (the call's
     /// reading of the clock). If the call running the work is cancelled, a
@@ -74,18 +91,7 @@ impl Flights {
     {
         let flight = {
             let mut table = self.table.lock();
-            // Also once per TTL, however few: a turn used for a long time
-            // (one `turn_id` for a whole session) would otherwise keep up to
-            // SWEEP_ABOVE stale answers, whole responses included, forever;
-            // found by the sidecar soak (crates/sluice-testkit/src/soak.rs).
-            let swept = *table.swept.get_or_insert(now);
-            if table.flights.len() > SWEEP_ABOVE || now.saturating_duration_since(swept) >= self.ttl
-            {
-                table
-                    .flights
-                    .retain(|_, flight| flight.is_live(now, self.ttl));
-                table.swept = Some(now);
-            }
+            table.sweep(now, self.ttl);
             let flights = &mut table.flights;
             match flights.get(&key) {
                 Some(flight) if flight.is_live(now, self.ttl) => (flight.clone(), false),
@@ -111,6 +117,21 @@ impl Flights {
         let mut completion = completion.clone();
         completion.coalesced = !led;
         completion
+    }
+}
+
+impl Table {
+    /// Drops stale flights when there are many, and also once per TTL
+    /// however few: a turn used for a long time (one `turn_id` for a whole
+    /// session) would otherwise keep up to SWEEP_ABOVE stale answers, whole
+    /// responses included, forever; found by the sidecar soak
+    /// (crates/sluice-testkit/src/soak.rs).
+    fn sweep(&mut self, now: Instant, ttl: Duration) {
+        let swept = *self.swept.get_or_insert(now);
+        if self.flights.len() > SWEEP_ABOVE || now.saturating_duration_since(swept) >= ttl {
+            self.flights.retain(|_, flight| flight.is_live(now, ttl));
+            self.swept = Some(now);
+        }
     }
 }
 
@@ -176,5 +197,32 @@ mod tests {
         drop(leader);
         let completion = joiner.await;
         assert!(completion.outcome.is_ok() && !completion.coalesced);
+    }
+
+    /// `answered` gives what `run` would reuse, and nothing else: not a
+    /// flight still in the air, not an error, not an answer past the TTL.
+    #[tokio::test(start_paused = true)]
+    async fn answered_is_only_an_ok_answer_within_the_ttl() {
+        let flights = Flights::new(Duration::from_secs(1));
+        let key = |k: &str| (Arc::from("t"), k.to_owned());
+        let mut pending =
+            Box::pin(flights.run(key("air"), Instant::now(), |_| std::future::pending()));
+        assert!((&mut pending).now_or_never().is_none());
+        assert!(flights.answered(&key("air"), Instant::now()).is_none());
+        flights
+            .run(key("bad"), Instant::now(), |_| async {
+                Outcome::error(None, "boom").into()
+            })
+            .await;
+        assert!(flights.answered(&key("bad"), Instant::now()).is_none());
+        assert!(flights.answered(&key("never"), Instant::now()).is_none());
+        let led = flights
+            .run(key("ok"), Instant::now(), |_| async { ok() })
+            .await;
+        assert!(!led.coalesced);
+        let cached = flights.answered(&key("ok"), Instant::now()).unwrap();
+        assert!(cached.outcome.is_ok() && cached.coalesced);
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        assert!(flights.answered(&key("ok"), Instant::now()).is_none());
     }
 }

@@ -98,7 +98,12 @@ pub(crate) async fn complete<E: Executor>(
         };
         match key {
             Some(key) => {
-                let flight = turn.flights.run((call.tool.clone(), key), started, run);
+                let key = (call.tool.clone(), key);
+                // Answered by the turn already: no flight to join, no timer.
+                if let Some(completion) = turn.flights.answered(&key, started) {
+                    return completion;
+                }
+                let flight = turn.flights.run(key, started, run);
                 // A joined call keeps its own deadline.
                 match tokio::time::timeout_at(deadline.at(), flight).await {
                     Ok(completion) => completion,
