@@ -104,7 +104,7 @@ impl Registry {
         };
         let scope = Arc::new(make());
         debug_assert!(scope.is(credential, name));
-        table.insert(scope.clone(), hash, self);
+        table.insert(scope.clone(), self);
         scope.touch(now);
         table.examine(examined, now, self);
         scope
@@ -139,7 +139,10 @@ impl Registry {
 }
 
 impl Table {
-    fn insert(&mut self, scope: Arc<Scope>, hash: u64, registry: &Registry) {
+    /// Adds `scope`, placed by its own names (so that the table stays
+    /// whole even if a maker named it otherwise than it was asked for).
+    fn insert(&mut self, scope: Arc<Scope>, registry: &Registry) {
+        let hash = registry.hash(&scope.credential, &scope.name);
         if &*scope.name != DEFAULT_SCOPE {
             *self.others.entry(scope.credential.clone()).or_default() += 1;
         }
@@ -174,7 +177,7 @@ impl Table {
         if &*scope.name != DEFAULT_SCOPE
             && let Some(others) = self.others.get_mut(&*scope.credential)
         {
-            *others -= 1;
+            *others = others.saturating_sub(1);
             if *others == 0 {
                 self.others.remove(&*scope.credential);
             }
