@@ -86,9 +86,9 @@ impl Registry {
     ) -> Arc<Scope> {
         let hash = self.hash(credential, name);
         let mut table = self.table();
-        let examined = match table.scopes.find(hash, |scope| scope.is(credential, name)) {
+        let found = table.find(hash, credential, name).cloned();
+        let (scope, examined) = match found {
             Some(scope) => {
-                let scope = scope.clone();
                 table.hits += 1;
                 let examined = if table.hits == HITS_PER_EXAMINED {
                     table.hits = 0;
@@ -96,15 +96,15 @@ impl Registry {
                 } else {
                     0
                 };
-                scope.touch(now);
-                table.examine(examined, now, self);
-                return scope;
+                (scope, examined)
             }
-            None => EXAMINED_PER_INSERT,
+            None => {
+                let scope = Arc::new(make());
+                debug_assert!(scope.is(credential, name));
+                table.insert(scope.clone(), self);
+                (scope, EXAMINED_PER_INSERT)
+            }
         };
-        let scope = Arc::new(make());
-        debug_assert!(scope.is(credential, name));
-        table.insert(scope.clone(), self);
         scope.touch(now);
         table.examine(examined, now, self);
         scope
@@ -113,16 +113,15 @@ impl Registry {
     /// The scope if it exists; never creates one.
     pub(crate) fn find(&self, credential: &str, name: &str) -> Option<Arc<Scope>> {
         let hash = self.hash(credential, name);
-        self.table()
-            .scopes
-            .find(hash, |scope| scope.is(credential, name))
-            .cloned()
+        self.table().find(hash, credential, name).cloned()
     }
 
     /// Number of scopes a credential has now.
     pub(crate) fn count(&self, credential: &str) -> usize {
-        let own = usize::from(self.find(credential, DEFAULT_SCOPE).is_some());
-        own + self.table().others.get(credential).copied().unwrap_or(0)
+        let hash = self.hash(credential, DEFAULT_SCOPE);
+        let table = self.table();
+        let own = table.find(hash, credential, DEFAULT_SCOPE).is_some();
+        usize::from(own) + table.others.get(credential).copied().unwrap_or(0)
     }
 
     /// Every live scope.
@@ -139,6 +138,11 @@ impl Registry {
 }
 
 impl Table {
+    /// The scope `name` of `credential`, whose hash is `hash`.
+    fn find(&self, hash: u64, credential: &str, name: &str) -> Option<&Arc<Scope>> {
+        self.scopes.find(hash, |scope| scope.is(credential, name))
+    }
+
     /// Adds `scope`, placed by its own names (so that the table stays
     /// whole even if a maker named it otherwise than it was asked for).
     fn insert(&mut self, scope: Arc<Scope>, registry: &Registry) {
