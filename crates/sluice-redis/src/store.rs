@@ -57,11 +57,19 @@ pub struct ReserveArgs<'a> {
     pub slots: u32,
     /// Extra slots must start within this, from now (µs).
     pub horizon: Micros,
-    /// Slots that may start at once (the callers present); the others
+    /// Slots that may start at once (the callers present). While the
+    /// window has room, the k-th of the others starts no sooner than k
+    /// times `pace` after now; once the limit binds, they
     /// must start at least `lead` after now.
     pub immediate: u32,
     /// See `immediate` (µs).
     pub lead: Micros,
+    /// How far apart this process expects its next callers (µs); see
+    /// `immediate`.
+    pub pace: Micros,
+    /// A paced slot due sooner than this (µs) is placed at once: its
+    /// caller's timer could not wake sooner than its next tick.
+    pub tick: Micros,
     /// The calling process, for the heartbeat (`None`: not counted).
     pub process: Option<&'a str>,
     /// How long a process counts as present after a reservation (µs).
@@ -278,6 +286,8 @@ impl Store {
             .arg(TTL_SLACK)
             .arg(args.immediate.max(1))
             .arg(args.lead)
+            .arg(args.pace)
+            .arg(args.tick)
             .arg(&first);
         for scope in &args.scopes[1..] {
             invocation.arg(part(scope));

@@ -175,6 +175,8 @@ fn run_case(server: &RedisServer, redis: &Runtime, case: &Case) -> Result<(), Te
                     horizon: *max_wait,
                     immediate: *slots,
                     lead: 0,
+                    pace: 0,
+                    tick: 0,
                     process: None,
                     heartbeat: 5_000_000,
                     member_prefix: &prefix,
@@ -283,4 +285,70 @@ fn the_window_script_decides_as_the_engine() {
 #[test]
 fn the_gcra_script_decides_as_the_engine() {
     check(true);
+}
+
+/// A lease in a window with room paces its extra slots where its callers
+/// are expected, and those slots hold no other caller back: a start at
+/// once still fits in front of them until the whole window is spent, and
+/// only then follows the latest, once the oldest has left.
+#[test]
+fn a_paced_lease_leaves_the_window_open_in_front_of_it() {
+    let server = RedisServer::start();
+    let redis = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut conn = redis
+        .block_on(server.client().get_multiplexed_async_connection())
+        .unwrap();
+    let store = Store::new("model");
+    let limit = SharedLimit {
+        rate: "10/1s".parse().unwrap(),
+        burst: None,
+    };
+    let waits = |reserved: Reserved| match reserved {
+        Reserved::Granted { slots, .. } => slots.iter().map(|slot| slot.wait).collect(),
+        Reserved::Denied { wait, .. } => vec![u64::MAX, wait],
+    };
+    let mut reserve = |credential: &str, t_ms: u64, slots: u32, pace_us: u64, member: &str| {
+        let args = ReserveArgs {
+            credential,
+            scopes: &["api_key"],
+            limit: Some(limit),
+            not_before: 0,
+            max_wait: 250_000,
+            slots,
+            horizon: 1_000_000,
+            immediate: 1,
+            lead: 20_000,
+            pace: pace_us,
+            tick: 1_000,
+            process: None,
+            heartbeat: 5_000_000,
+            member_prefix: member,
+        };
+        let at = Clock::At(BASE + t_ms * 1_000);
+        waits(redis.block_on(store.reserve(&mut conn, &args, at)).unwrap())
+    };
+    const MS: u64 = 1_000;
+    // The caller's slot at once, the next four 30 ms apart.
+    assert_eq!(
+        reserve("paced", 0, 5, 30 * MS, "lease"),
+        vec![0, 30 * MS, 60 * MS, 90 * MS, 120 * MS]
+    );
+    // Another caller, 1 ms on, starts at once: in front of the lease.
+    assert_eq!(reserve("paced", 1, 1, 0, "a"), vec![0]);
+    // Four more fill the window (10 in all).
+    for n in 0..4 {
+        assert_eq!(reserve("paced", 2, 1, 0, &format!("b{n}")), vec![0]);
+    }
+    // Full: the next start follows the latest (120 ms), once the
+    // oldest start (at 0) has left the window: 1,000 ms, 998 from now.
+    assert_eq!(reserve("paced", 2, 1, 0, "c"), vec![u64::MAX, 998 * MS]);
+    // Callers 0.4 ms apart: a slot due sooner than the timer's 1 ms tick
+    // is placed at once.
+    assert_eq!(
+        reserve("quick", 0, 5, 400, "lease"),
+        vec![0, 0, 0, 1_200, 1_600]
+    );
 }

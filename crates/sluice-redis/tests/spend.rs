@@ -67,8 +67,9 @@ async fn every_window_holds_and_the_longest_wait_wins() {
     // 10 s window does.
     let granted = |wait| Spent::Granted { wait };
     assert_eq!(waits, [granted(0), granted(0), granted(S), granted(10 * S)]);
-    // Past what a call may wait: it would follow the grant at 10 s; denied,
-    // and nothing charged.
+    // Past what a call may wait: the 10 s window, full, puts it after the
+    // grant at 10 s (the 1 s window has room for it at once); denied, and
+    // nothing charged.
     let denied = scripts
         .reserve(&mut conn, &keys(), &budgets, "c4", 5 * S, Clock::At(2 * S))
         .await
@@ -77,7 +78,7 @@ async fn every_window_holds_and_the_longest_wait_wins() {
         denied,
         Spent::Denied {
             wait: 8 * S,
-            budget: 0
+            budget: 1
         }
     );
     let starts = log(&server, "sluice:{openai}:b:api_key:1");

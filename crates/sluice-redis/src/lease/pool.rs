@@ -52,6 +52,10 @@ pub(crate) struct Pool<T = SlotToken> {
     drained: bool,
     /// When the last reservation was asked for.
     last_ask: Option<Instant>,
+    /// When the last caller came for a slot, and how long after the one
+    /// before it.
+    last_arrival: Option<Instant>,
+    gap: Option<Duration>,
     pub(crate) leased: u64,
     pub(crate) returned: u64,
 }
@@ -68,6 +72,8 @@ impl<T> Default for Pool<T> {
             last_failed: false,
             drained: false,
             last_ask: None,
+            last_arrival: None,
+            gap: None,
             leased: 0,
             returned: 0,
         }
@@ -116,6 +122,20 @@ impl<T> Pool<T> {
             && self
                 .last_ask
                 .is_none_or(|last| now.saturating_duration_since(last) >= idle)
+    }
+
+    /// A caller came for a slot at `now`.
+    pub(crate) fn arrive(&mut self, now: Instant) {
+        if let Some(last) = self.last_arrival {
+            self.gap = Some(now.saturating_duration_since(last));
+        }
+        self.last_arrival = Some(now);
+    }
+
+    /// How far apart the next callers are expected: the gap between the
+    /// last two that came, or `unknown` before there were two.
+    pub(crate) fn spacing(&self, unknown: Duration) -> Duration {
+        self.gap.unwrap_or(unknown)
     }
 
     /// Switches the pool to `key`; slots reserved for another key are returned.
@@ -322,6 +342,20 @@ mod tests {
 
     fn sec(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    #[test]
+    fn callers_are_expected_as_far_apart_as_the_last_two_came() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut pool: Pool = Pool::default();
+        assert_eq!(pool.spacing(20 * ms), 20 * ms);
+        pool.arrive(t0);
+        assert_eq!(pool.spacing(20 * ms), 20 * ms);
+        pool.arrive(t0 + 7 * ms);
+        assert_eq!(pool.spacing(20 * ms), 7 * ms);
+        pool.arrive(t0 + 8 * ms);
+        assert_eq!(pool.spacing(20 * ms), ms);
     }
 
     #[test]

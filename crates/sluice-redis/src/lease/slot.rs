@@ -20,9 +20,20 @@ use crate::worker::Jobs;
 
 /// Rounds of "look at the pool, maybe wait for a reservation in flight".
 const ROUNDS: usize = 3;
-/// Extra leased slots start at least this far ahead: a slot due sooner
-/// serves only the callers already waiting (who asked for their own).
+/// Extra leased slots start at least this far ahead once the limit
+/// binds (and always for a spend): a slot due sooner serves only the
+/// callers already waiting (who asked for their own). While a window has
+/// room, a lease of its slots places them where its callers are expected
+/// instead, when they come faster than the limit's interval
+/// ([`Pool::spacing`], this before two callers came), and at once when
+/// they come slower.
+///
+/// [`Pool::spacing`]: super::Pool::spacing
 pub(crate) const LEAD: Duration = Duration::from_millis(20);
+
+/// tokio's timer resolution: a caller told to wait less than this for its
+/// slot wakes at the next tick anyway.
+const TIMER_TICK: Duration = Duration::from_millis(1);
 
 /// What getting a slot came to.
 pub(crate) enum Obtained {
@@ -105,6 +116,9 @@ impl Leases {
             let (fetch, epoch) = {
                 let now = Instant::now();
                 let mut state = cred.state.lock();
+                if round == 0 {
+                    state.pool.arrive(now);
+                }
                 let mut stale = state.pool.rekey(key);
                 stale.extend(state.pool.sweep(now));
                 if !stale.is_empty() {
@@ -138,11 +152,20 @@ impl Leases {
                         } else {
                             1
                         };
-                        (Some((want, state.pool.waiters + 1)), state.pool.epoch)
+                        // Paced only while callers outrun the limit: slower
+                        // ones leave the window room, and a slot placed
+                        // ahead would only make them wait.
+                        let spacing = Some(state.pool.spacing(LEAD))
+                            .filter(|&gap| gap < pace(request.limit))
+                            .unwrap_or(Duration::ZERO);
+                        (
+                            Some((want, state.pool.waiters + 1, spacing)),
+                            state.pool.epoch,
+                        )
                     }
                 }
             };
-            let Some((want, immediate)) = fetch else {
+            let Some((want, immediate, spacing)) = fetch else {
                 // Someone else is reserving: wait for it (at most the
                 // command timeout), then look at the pool again.
                 let waited = tokio::time::timeout(self.timeout, reserved).await;
@@ -166,7 +189,7 @@ impl Leases {
                     cred,
                     request,
                     (not_before, latest),
-                    (want, immediate),
+                    (want, immediate, spacing),
                     leases,
                 )
                 .await;
@@ -225,13 +248,14 @@ impl Leases {
     }
 
     /// Reserves `want` slots in Redis, `immediate` of which may start at
-    /// once; the first goes to this call, the others into the pool.
+    /// once and the rest `spacing` apart from then; the first goes to this
+    /// call, the others into the pool.
     async fn reserve(
         &self,
         cred: &Arc<Cred>,
         request: &ReserveRequest<'_>,
         (not_before, latest): (Instant, Instant),
-        (want, immediate): (u32, u32),
+        (want, immediate, spacing): (u32, u32, Duration),
         leases: bool,
     ) -> Obtained {
         let member = format!(
@@ -252,6 +276,8 @@ impl Leases {
             horizon: max_wait.max(micros(lease_horizon(request.limit, want))),
             immediate,
             lead: micros(LEAD),
+            pace: micros(spacing),
+            tick: micros(TIMER_TICK),
             process: Some(&self.process),
             heartbeat: micros(self.heartbeat),
             member_prefix: &member,

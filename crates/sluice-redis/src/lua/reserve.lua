@@ -4,9 +4,17 @@
 -- first, then one common start after every scope's block and the first
 -- scope's limit (an exact sliding window, or GCRA). A denial charges
 -- nothing. Extra slots (a lease) follow the first one, each at the
--- earliest start the limit allows, while within `horizon` of now; beyond
--- the first `immediate` slots, only slots at least `lead` after now (a slot
--- due at once serves only the callers present, who asked for `immediate`).
+-- earliest start the limit allows, while within `horizon` of now. Beyond
+-- the first `immediate` slots (for the callers present): while an exact
+-- window has room for them, the k-th extra slot no sooner than k times
+-- `pace` after now (when this process expects its next callers: never
+-- before, so that a caller on time starts at its slot's time), or at once
+-- when that is less than `tick` away (a caller's timer wakes no sooner
+-- than its next tick: a slot a moment ahead would only make it later);
+-- once the limit binds, only slots at least `lead` after now (a slot due
+-- sooner serves only the callers present). An exact window places a
+-- start anywhere while its log has room for it, so slots placed ahead
+-- hold no one back.
 --
 -- KEYS: 1 blocks hash, 2 quota hash, 3 meta hash, 4 window zset (first
 --       scope), 5 gcra string (first scope), 6 heartbeat zset
@@ -15,7 +23,7 @@
 --       'g' gcra), 7 and 8 its parameters (w: N, W µs; g: T µs, tau µs),
 --       9 member prefix (unique per call), 10 process id ('' = none),
 --       11 heartbeat window µs, 12 TTL slack µs, 13 immediate, 14 lead µs,
---       15.. scope fields
+--       15 pace µs, 16 tick µs, 17.. scope fields
 -- Reply: {1, processes, blocks, quotas, generation, {wait, undo, ...}, next}
 --     or {0, processes, blocks, quotas, wait, scope index, 'quota'|'blocked'|'rate'}
 -- where blocks and quotas are {field, µs from now, ...} for every active
@@ -55,8 +63,10 @@ local p2 = tonumber(ARGV[8])
 local slack = tonumber(ARGV[12])
 local immediate = tonumber(ARGV[13])
 local lead = tonumber(ARGV[14])
+local pace = tonumber(ARGV[15])
+local tick = tonumber(ARGV[16])
 local scopes = {}
-for i = 15, #ARGV do scopes[#scopes + 1] = ARGV[i] end
+for i = 17, #ARGV do scopes[#scopes + 1] = ARGV[i] end
 local first = scopes[1]
 
 local processes = 0
@@ -120,19 +130,32 @@ end
 
 local placed = {}
 -- The earliest start at or after `floor` for the next slot, with
--- #placed slots already placed in this call.
+-- #placed slots already placed in this call (in order of time).
 local function earliest(floor)
   local at = floor
   if alg == 'w' then
     local j = #placed
-    local latest = last
-    if j > 0 then latest = placed[j] end
-    if latest and latest > at then at = latest end
+    -- While the log and this call's slots leave room for one more, a
+    -- start anywhere keeps the promise: no window holds more than them all.
     if count + j >= p1 then
-      -- The N-th latest start once this one is in: an old one (rank
-      -- N - j, 1-based) or one placed in this call.
-      local nth
-      if j < p1 then nth = ranked[p1 - j] else nth = placed[j - p1 + 1] end
+      local latest = last
+      if j > 0 and (not latest or placed[j] > latest) then latest = placed[j] end
+      if latest and latest > at then at = latest end
+      -- The N-th latest start once this one is in, of the log and the
+      -- slots placed (which may lie in front of logged ones): the
+      -- min(j + 1, N)-th latest of the log's ranks N - j .. N and the
+      -- slots placed, as the N - j - 1 latest logged starts outrank them.
+      local near = {}
+      local from = p1 - j
+      if from < 1 then from = 1 end
+      for r = from, p1 do
+        if ranked[r] then near[#near + 1] = ranked[r] end
+      end
+      for i = 1, j do near[#near + 1] = placed[i] end
+      table.sort(near, function(a, b) return a > b end)
+      local rank = j + 1
+      if rank > p1 then rank = p1 end
+      local nth = near[rank]
       if nth and nth + p2 > at then at = nth + p2 end
     end
   elseif alg == 'g' then
@@ -181,9 +204,19 @@ while true do
   end
   placed[n] = at
   if n >= want then break end
-  at = earliest(fixed)
+  -- Beyond the slots due at once: the k-th comes about when the callers
+  -- to come are expected while the window has room, else at least `lead`
+  -- ahead.
+  local extra = n >= immediate
+  local roomy = alg == 'w' and count + n < p1
+  local floor_n = fixed
+  if extra and roomy then
+    local due = now + (n - immediate + 1) * pace
+    if due - now >= tick and due > floor_n then floor_n = due end
+  end
+  at = earliest(floor_n)
   if at - now > horizon then break end
-  if n >= immediate and at - now < lead then break end
+  if extra and not roomy and at - now < lead then break end
 end
 
 local state_ttl = 0

@@ -4,12 +4,13 @@
 -- Each budget is one sliding window: at most `limit` units spent by starts
 -- in any `window` (µs), the call costing `cost` units there (1 for a
 -- request window, the call's estimate for a unit's window). The common
--- start is the earliest instant at which every budget has room, never
--- before the latest start already granted in any of them (starts are
--- granted in order, so a window ending at the new start is the only one
--- it can overfill), unless the call fits as asked (at `not_before`) in
--- every window it would share with the later grants: then it starts
--- there, in the room a refund or a true-up left in front of them. A start
+-- start is the earliest instant at which every budget has room: anywhere
+-- in a window whose log has room for the cost, else never before the
+-- latest start already granted in it (a window ending at the new start
+-- is then the only one it can overfill), unless the call fits as asked
+-- (at `not_before`) in every window it would share with the later
+-- grants: then it starts there, in the room a refund or a true-up left
+-- in front of them. A start
 -- further off than `max_wait` is denied and charges nothing; a granted one
 -- is charged in every budget at once.
 --
@@ -114,27 +115,15 @@ for _, b in ipairs(budgets) do
 end
 
 -- The earliest start at or after `floor` at which every budget has room,
--- never before the latest granted start, and the budget that decided it.
+-- and the budget that decided it. A window whose log has room for the
+-- cost as well allows any start (no window holds more than its whole
+-- log); a fuller one, a start after its latest, once enough of its oldest
+-- entries have left the window ending there (as the engine's
+-- SlidingWindow::earliest_for).
 local function place(floor)
-  local start = floor
-  local latest = 0
+  local common, decided = floor, 0
   for i, b in ipairs(budgets) do
-    if b.burst == 0 then
-      local last = redis.call('ZRANGE', b.key, -1, -1, 'WITHSCORES')
-      if last[2] and tonumber(last[2]) > start then
-        start = tonumber(last[2])
-        latest = i
-      end
-    end
-  end
-  -- Each budget's earliest start at or after `start`: once the oldest
-  -- entries have left its window, the rest plus the cost fit the limit.
-  -- Later is never worse (no entry lies after `start`), so the latest of
-  -- these suits them all.
-  local decided = latest
-  local common = start
-  for i, b in ipairs(budgets) do
-    local earliest = start
+    local earliest = floor
     if b.burst > 0 then
       -- The bucket holds the whole cost at once from this time on.
       if b.cost > 0 then
@@ -142,15 +131,20 @@ local function place(floor)
         if fits > earliest then earliest = fits end
       end
     else
-      local live = redis.call('ZRANGEBYSCORE', b.key, '(' .. int(start - b.window), '+inf', 'WITHSCORES')
+      local live = redis.call('ZRANGE', b.key, 0, -1, 'WITHSCORES')
       local used = 0
       for j = 1, #live, 2 do used = used + cost_of(live[j]) end
       local excess = used + b.cost - b.limit
-      local j = 1
-      while excess > 0 and j <= #live do
-        excess = excess - cost_of(live[j])
-        earliest = tonumber(live[j + 1]) + b.window
-        j = j + 2
+      if excess > 0 then
+        local latest = tonumber(live[#live])
+        if latest and latest > earliest then earliest = latest end
+        local j = 1
+        while excess > 0 and j <= #live do
+          excess = excess - cost_of(live[j])
+          local freed = tonumber(live[j + 1]) + b.window
+          if freed > earliest then earliest = freed end
+          j = j + 2
+        end
       end
     end
     if earliest > common then

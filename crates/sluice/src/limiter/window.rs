@@ -8,10 +8,11 @@ use crate::Rate;
 /// A log of recent (and reserved future) starts, each with what it spent.
 ///
 /// A start at `t` occupies every window `(t' - W, t']` with `t' >= t`.
-/// [`SlidingWindow::earliest_for`] places a new start at or after the latest
-/// logged one, so the binding window is the one ending at the new start: it
-/// may begin only once enough of the oldest spending has left it for its
-/// own to fit. [`SlidingWindow::fits_at`] checks a start before reservations
+/// [`SlidingWindow::earliest_for`] places a new start anywhere while the
+/// whole log has room for it, and otherwise at or after the latest logged
+/// one, so the binding window is the one ending at the new start: it may
+/// begin only once enough of the oldest spending has left it for its own
+/// to fit. [`SlidingWindow::fits_at`] checks a start before reservations
 /// already made, in every window it would share with them. A request
 /// spends 1; a call in a unit spends its cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,14 +49,19 @@ impl SlidingWindow {
 
     /// The earliest start spending `amount` (at most the count) at or after
     /// `max(now, not_before)` that keeps the promise.
+    ///
+    /// While the log and `amount` together fit the count, that is
+    /// `max(now, not_before)` itself, in front of reservations already made
+    /// or not: no window can hold more than the whole log. Otherwise the
+    /// start follows the latest one logged, once enough of the oldest
+    /// spending has left the window ending at it. (A start placed ahead in
+    /// a window with room, a lease's slot for a caller yet to come, so
+    /// holds no one else back.)
     pub fn earliest_for(&mut self, now: Micros, not_before: Micros, amount: u64) -> Micros {
         self.prune(now);
-        let mut at = now.max(not_before);
-        if let Some(&(last, _)) = self.starts.back() {
-            at = at.max(last);
-        }
+        let asked = now.max(not_before);
         if amount == 0 {
-            return at;
+            return asked;
         }
         // The newest start that does not fit with everything newer than it
         // must leave the window first. With room for all that is
@@ -64,8 +70,12 @@ impl SlidingWindow {
         // covers only what must leave, not the whole log.
         let room = self.count.saturating_sub(amount);
         let Some(excess) = self.logged.checked_sub(room).filter(|&e| e > 0) else {
-            return at;
+            return asked;
         };
+        let at = self
+            .starts
+            .back()
+            .map_or(asked, |&(last, _)| asked.max(last));
         let mut older: u64 = 0;
         for &(start, spent) in &self.starts {
             older = older.saturating_add(spent);
@@ -78,10 +88,11 @@ impl SlidingWindow {
 
     /// True when a start spending `amount` at `at` (not before `now`)
     /// keeps the promise in every window that would hold it, also those
-    /// holding starts reserved after `at`. [`SlidingWindow::earliest_for`]
-    /// never places a start before the latest one logged; this finds the
-    /// room that reservations further ahead left behind them (a refund, a
-    /// true-up below the estimate) without moving any of them.
+    /// holding starts reserved after `at`. When the log is fuller than its
+    /// count allows for a start anywhere, [`SlidingWindow::earliest_for`]
+    /// places one only after the latest logged; this finds the room that
+    /// reservations further ahead left behind them (a refund, a true-up
+    /// below the estimate) without moving any of them.
     pub fn fits_at(&mut self, now: Micros, at: Micros, amount: u64) -> bool {
         self.prune(now);
         if amount > self.count {
@@ -134,8 +145,8 @@ impl SlidingWindow {
             return;
         }
         self.logged = self.logged.saturating_add(amount);
-        // Callers charge at an `earliest` result, never before the latest
-        // start: an append. Virtual starts may land earlier; keep it sorted.
+        // Mostly an append: a full window places starts after the latest.
+        // One with room, and virtual starts, may land earlier; keep it sorted.
         if self.starts.back().is_none_or(|&(last, _)| last <= at) {
             self.starts.push_back((at, amount));
         } else {
@@ -296,6 +307,21 @@ mod tests {
         assert_eq!(w.earliest(10_000, 0), 200_000);
     }
 
+    /// A start goes in front of a reservation ahead while the whole log
+    /// has room for it, and after the latest once it has not.
+    #[test]
+    fn a_window_with_room_places_a_start_in_front_of_reservations_ahead() {
+        let mut w = window("3/1s");
+        w.charge(500_000);
+        assert_eq!(w.earliest(0, 0), 0);
+        w.charge(0);
+        assert_eq!(w.earliest(10_000, 0), 10_000);
+        w.charge(10_000);
+        // Full: after the latest (500 ms), once the oldest (0) has left.
+        assert_eq!(w.earliest(20_000, 0), 1_000_000);
+        assert!(holds_everywhere(&w));
+    }
+
     #[test]
     fn restart_empty_paces_at_the_steady_rate() {
         let mut w = window("4/1s");
@@ -366,8 +392,10 @@ mod tests {
         w.charge_n(500_000, 40);
         // The one at 0 settles at 20: 40 free in every window holding it.
         assert!(w.refund_n(0, 40));
-        // Appending waits behind the reservation; 40 fit at once before it.
-        assert_eq!(w.earliest_for(100_000, 0, 40), 500_000);
+        // The whole log has room for 40 more: they start at once, in front
+        // of the reservation. 41 would follow it, once the 20 have left.
+        assert_eq!(w.earliest_for(100_000, 0, 40), 100_000);
+        assert_eq!(w.earliest_for(100_000, 0, 41), 1_000_000);
         assert!(w.fits_at(100_000, 100_000, 40));
         // 41 would break the window ending at 500 ms.
         assert!(!w.fits_at(100_000, 100_000, 41));
@@ -461,10 +489,13 @@ mod tests {
         let mut pruned = w.clone();
         pruned.prune(now);
         let mut at = now.max(not_before);
+        let room = pruned.count.saturating_sub(amount);
+        if pruned.starts.iter().map(|&(_, spent)| spent).sum::<u64>() <= room {
+            return at;
+        }
         if let Some(&(last, _)) = pruned.starts.back() {
             at = at.max(last);
         }
-        let room = pruned.count.saturating_sub(amount);
         let mut newer = 0u64;
         for &(start, spent) in pruned.starts.iter().rev() {
             newer += spent;
