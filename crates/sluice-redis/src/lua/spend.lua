@@ -10,9 +10,8 @@
 -- is then the only one it can overfill), unless the call fits as asked
 -- (at `not_before`) in every window it would share with the later
 -- grants: then it starts there, in the room a refund or a true-up left
--- in front of them. A start
--- further off than `max_wait` is denied and charges nothing; a granted one
--- is charged in every budget at once.
+-- in front of them. A start further off than `max_wait` is denied and
+-- charges nothing; a granted one is charged in every budget at once.
 --
 -- Every key is `{prefix}:{cred}:b:...`: one hash slot per credential.
 -- A log member is `{member}|{cost}`: the cost travels with the start, so
