@@ -132,10 +132,15 @@ impl<T> Pool<T> {
         self.last_arrival = Some(now);
     }
 
-    /// How far apart the next callers are expected: the gap between the
-    /// last two that came, or `unknown` before there were two.
-    pub(crate) fn spacing(&self, unknown: Duration) -> Duration {
-        self.gap.unwrap_or(unknown)
+    /// How far apart a lease's extra slots go: the gap between the last
+    /// two callers, while it is shorter than the limit's `interval`
+    /// (callers outrunning the limit); otherwise zero, at once (slower
+    /// callers leave the window room, and a slot placed ahead would only
+    /// make them wait), as before two callers came.
+    pub(crate) fn spacing(&self, interval: Duration) -> Duration {
+        self.gap
+            .filter(|&gap| gap < interval)
+            .unwrap_or(Duration::ZERO)
     }
 
     /// Switches the pool to `key`; slots reserved for another key are returned.
@@ -345,15 +350,17 @@ mod tests {
     }
 
     #[test]
-    fn callers_are_expected_as_far_apart_as_the_last_two_came() {
+    fn slots_are_spaced_as_the_last_two_callers_came_while_they_outrun_the_limit() {
         let t0 = Instant::now();
         let ms = Duration::from_millis(1);
         let mut pool: Pool = Pool::default();
-        assert_eq!(pool.spacing(20 * ms), 20 * ms);
+        assert_eq!(pool.spacing(20 * ms), Duration::ZERO);
         pool.arrive(t0);
-        assert_eq!(pool.spacing(20 * ms), 20 * ms);
+        assert_eq!(pool.spacing(20 * ms), Duration::ZERO);
         pool.arrive(t0 + 7 * ms);
         assert_eq!(pool.spacing(20 * ms), 7 * ms);
+        // Slower than the limit's interval: at once.
+        assert_eq!(pool.spacing(5 * ms), Duration::ZERO);
         pool.arrive(t0 + 8 * ms);
         assert_eq!(pool.spacing(20 * ms), ms);
     }

@@ -24,9 +24,8 @@ const ROUNDS: usize = 3;
 /// binds (and always for a spend): a slot due sooner serves only the
 /// callers already waiting (who asked for their own). While a window has
 /// room, a lease of its slots places them where its callers are expected
-/// instead, when they come faster than the limit's interval
-/// ([`Pool::spacing`], this before two callers came), and at once when
-/// they come slower.
+/// instead, when they come faster than the limit's interval, and at once
+/// when they come slower ([`Pool::spacing`]).
 ///
 /// [`Pool::spacing`]: super::Pool::spacing
 pub(crate) const LEAD: Duration = Duration::from_millis(20);
@@ -152,12 +151,7 @@ impl Leases {
                         } else {
                             1
                         };
-                        // Paced only while callers outrun the limit: slower
-                        // ones leave the window room, and a slot placed
-                        // ahead would only make them wait.
-                        let spacing = Some(state.pool.spacing(LEAD))
-                            .filter(|&gap| gap < pace(request.limit))
-                            .unwrap_or(Duration::ZERO);
+                        let spacing = state.pool.spacing(pace(request.limit));
                         (
                             Some((want, state.pool.waiters + 1, spacing)),
                             state.pool.epoch,

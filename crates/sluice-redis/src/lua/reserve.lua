@@ -211,8 +211,8 @@ while true do
   local roomy = alg == 'w' and count + n < p1
   local floor_n = fixed
   if extra and roomy then
-    local due = now + (n - immediate + 1) * pace
-    if due - now >= tick and due > floor_n then floor_n = due end
+    local ahead = (n - immediate + 1) * pace
+    if ahead >= tick and now + ahead > floor_n then floor_n = now + ahead end
   end
   at = earliest(floor_n)
   if at - now > horizon then break end
