@@ -1,6 +1,6 @@
 //! One scope's limiter: its algorithm plus what the server said (penalties, remaining).
 
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 
 use super::gcra::GcraUndo;
 use super::{Gcra, Micros, SlidingWindow};
@@ -124,7 +124,15 @@ fn window_usage(window: &SlidingWindow, now: Micros) -> (u64, u64) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ServerBudget {
     remaining: u64,
-    reset_at: Micros,
+    /// Never 0: a reset is after some `now`. So `Option<ServerBudget>`
+    /// takes 16 bytes, not 24 (issue 18, the memory of an idle scope).
+    reset_at: NonZeroU64,
+}
+
+impl ServerBudget {
+    fn reset_at(&self) -> Micros {
+        self.reset_at.get()
+    }
 }
 
 /// A reservation for a start slot.
@@ -195,8 +203,9 @@ pub struct WindowUsage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimiterCell {
     algorithm: Algorithm,
-    /// Further windows, as configured: always exact.
-    extra: Vec<SlidingWindow>,
+    /// Further windows, as configured: always exact. A boxed slice, as
+    /// they never change after the cell is made (16 bytes, not a `Vec`'s 24).
+    extra: Box<[SlidingWindow]>,
     /// No start before this (a server penalty).
     penalty_until: Micros,
     server: Option<ServerBudget>,
@@ -229,7 +238,7 @@ impl LimiterCell {
     fn with(algorithm: Algorithm) -> Self {
         LimiterCell {
             algorithm,
-            extra: Vec::new(),
+            extra: Box::default(),
             penalty_until: 0,
             server: None,
             generation: 0,
@@ -273,7 +282,7 @@ impl LimiterCell {
     ) -> (Micros, Binding) {
         self.expire(now);
         let server = match self.server {
-            Some(budget) if budget.remaining < amount.max(1) => budget.reset_at,
+            Some(budget) if budget.remaining < amount.max(1) => budget.reset_at(),
             _ => now,
         };
         // Every limit below only moves a start later, so apply the fixed
@@ -308,7 +317,7 @@ impl LimiterCell {
     pub fn fits_at(&mut self, now: Micros, at: Micros, amount: u64) -> bool {
         self.expire(now);
         let server_allows = match self.server {
-            Some(budget) => budget.remaining >= amount.max(1) || at >= budget.reset_at,
+            Some(budget) => budget.remaining >= amount.max(1) || at >= budget.reset_at(),
             None => true,
         };
         server_allows
@@ -354,7 +363,7 @@ impl LimiterCell {
             window.charge_n(start, amount);
         }
         let server_charged = match &mut self.server {
-            Some(budget) if start < budget.reset_at => {
+            Some(budget) if start < budget.reset_at() => {
                 let charged = budget.remaining.min(amount);
                 budget.remaining -= charged;
                 charged
@@ -382,7 +391,7 @@ impl LimiterCell {
         }
         if reservation.server_charged > 0
             && let Some(budget) = &mut self.server
-            && reservation.start < budget.reset_at
+            && reservation.start < budget.reset_at()
         {
             budget.remaining += reservation.server_charged;
         }
@@ -425,7 +434,7 @@ impl LimiterCell {
         }
         if let Some(budget) = &mut self.server {
             for reservation in &current {
-                if reservation.start < budget.reset_at {
+                if reservation.start < budget.reset_at() {
                     budget.remaining += reservation.server_charged;
                 }
             }
@@ -443,7 +452,7 @@ impl LimiterCell {
             window.adjust(start, delta);
         }
         if let Some(budget) = &mut self.server
-            && start < budget.reset_at
+            && start < budget.reset_at()
         {
             budget.remaining = if delta > 0 {
                 budget.remaining.saturating_sub(delta.unsigned_abs())
@@ -476,9 +485,9 @@ impl LimiterCell {
     /// report replaces the older one; zero remaining blocks the cell until the
     /// reset (and voids waiting reservations).
     pub fn sync(&mut self, remaining: u64, reset_at: Micros, now: Micros) {
-        if reset_at <= now {
+        let Some(reset_at) = NonZeroU64::new(reset_at).filter(|at| at.get() > now) else {
             return;
-        }
+        };
         if remaining == 0 {
             self.void_waiting(now);
         }
@@ -518,7 +527,7 @@ impl LimiterCell {
         let server = self
             .server
             .filter(|budget| budget.remaining == 0)
-            .map_or(0, |budget| budget.reset_at);
+            .map_or(0, |budget| budget.reset_at());
         let until = self.penalty_until.max(server);
         (until > now).then_some(until)
     }
@@ -526,8 +535,8 @@ impl LimiterCell {
     /// What the server last reported as remaining, while its window lasts.
     pub fn server_remaining(&self, now: Micros) -> Option<(u64, Micros)> {
         self.server
-            .filter(|budget| budget.reset_at > now)
-            .map(|budget| (budget.remaining, budget.reset_at))
+            .filter(|budget| budget.reset_at() > now)
+            .map(|budget| (budget.remaining, budget.reset_at()))
     }
 
     /// Each window's use at `now`, first window first (`None`: no rate of its own).
@@ -546,11 +555,11 @@ impl LimiterCell {
     /// True when the cell is indistinguishable from a fresh one from `now` on.
     pub fn is_idle(&self, now: Micros) -> bool {
         let own = self.algorithm.is_idle(now) && self.extra.iter().all(|w| w.is_idle(now));
-        own && self.penalty_until <= now && self.server.is_none_or(|b| b.reset_at <= now)
+        own && self.penalty_until <= now && self.server.is_none_or(|b| b.reset_at() <= now)
     }
 
     fn expire(&mut self, now: Micros) {
-        if self.server.is_some_and(|budget| budget.reset_at <= now) {
+        if self.server.is_some_and(|budget| budget.reset_at() <= now) {
             self.server = None;
         }
     }

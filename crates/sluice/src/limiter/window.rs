@@ -145,6 +145,12 @@ impl SlidingWindow {
             return;
         }
         self.logged = self.logged.saturating_add(amount);
+        if self.starts.capacity() == 0 {
+            // A scope called once holds one start: its first block holds
+            // just that one, and a second start grows it to the usual
+            // four (issue 18, the memory of an idle scope).
+            self.starts.reserve_exact(1);
+        }
         // Mostly an append: a full window places starts after the latest.
         // One with room, and virtual starts, may land earlier; keep it sorted.
         if self.starts.back().is_none_or(|&(last, _)| last <= at) {
@@ -294,6 +300,21 @@ mod tests {
 
     fn window(text: &str) -> SlidingWindow {
         SlidingWindow::new(text.parse().unwrap())
+    }
+
+    #[test]
+    fn a_window_charged_once_holds_one_slot_and_grows_from_there() {
+        let mut w = window("10/1s");
+        assert_eq!(w.starts.capacity(), 0);
+        w.charge(5);
+        assert_eq!(w.starts.capacity(), 1);
+        for at in [6, 7, 3] {
+            w.charge(at);
+        }
+        assert!(w.starts.capacity() >= 4);
+        let logged: Vec<Micros> = w.starts.iter().map(|&(at, _)| at).collect();
+        assert_eq!(logged, [3, 5, 6, 7]);
+        assert_eq!(w.used(7), 4);
     }
 
     #[test]

@@ -30,8 +30,117 @@ struct Unit {
 
 /// A scope's budgets besides its first request window (which the scope's
 /// `Limit` may move): the further request windows, the units, the low share.
+///
+/// Most scopes have none of them, and an idle scope should stay small
+/// (issue 18): then there is no block at all, and each method answers as
+/// an empty [`Further`] would. Reading goes through `Deref`; the methods
+/// that change a budget are [`Budgets`]' own.
 #[derive(Debug)]
-pub(crate) struct Budgets {
+pub(crate) struct Budgets(Option<Box<Further>>);
+
+/// No further budget: what [`Budgets`] reads as when it has none.
+static NONE: Further = Further::none();
+
+impl std::ops::Deref for Budgets {
+    type Target = Further;
+
+    fn deref(&self) -> &Further {
+        self.0.as_deref().unwrap_or(&NONE)
+    }
+}
+
+impl Budgets {
+    /// `rates` are every request window (the first is the scope's own,
+    /// kept in its cell); `units` the credential's, on its own scope only.
+    pub(crate) fn new(
+        rates: &[Rate],
+        burst: Option<NonZeroU32>,
+        units: &[UnitLimits],
+        share: Option<f64>,
+        margin: std::time::Duration,
+    ) -> Self {
+        let further = Further::new(rates, burst, units, share, margin);
+        let any = !further.windows.is_empty()
+            || !further.units.is_empty()
+            || further.low.is_some()
+            || further.share.is_some();
+        Budgets(any.then(|| Box::new(further)))
+    }
+
+    /// No budgets beyond one request window.
+    pub(crate) fn none() -> Self {
+        Budgets(None)
+    }
+
+    /// `act` on the budgets; on an empty set when there are none, which
+    /// nothing can change.
+    fn with<R>(&mut self, act: impl FnOnce(&mut Further) -> R) -> R {
+        match self.0.as_deref_mut() {
+            Some(further) => act(further),
+            None => act(&mut Further::none()),
+        }
+    }
+
+    /// See [`Further::reserve`].
+    pub(crate) fn reserve(
+        &mut self,
+        requests: &mut LimiterCell,
+        first: Option<Rate>,
+        now: Micros,
+        not_before: Micros,
+        max_wait: Micros,
+        ask: &Ask,
+    ) -> Result<Ticket, Deferred> {
+        self.with(|further| further.reserve(requests, first, now, not_before, max_wait, ask))
+    }
+
+    /// See [`Further::refund_all`].
+    pub(crate) fn refund_all(&mut self, tickets: &[&Ticket]) {
+        self.with(|further| further.refund_all(tickets));
+    }
+
+    /// See [`Further::refund`].
+    pub(crate) fn refund(&mut self, ticket: &Ticket) {
+        self.with(|further| further.refund(ticket));
+    }
+
+    /// See [`Further::settle`].
+    pub(crate) fn settle(
+        &mut self,
+        unit: &str,
+        start: Micros,
+        estimate: u64,
+        actual: u64,
+        priority: Priority,
+    ) -> bool {
+        self.with(|further| further.settle(unit, start, estimate, actual, priority))
+    }
+
+    /// See [`Further::sync`].
+    pub(crate) fn sync(
+        &mut self,
+        unit: &str,
+        remaining: u64,
+        reset_at: Micros,
+        now: Micros,
+    ) -> bool {
+        self.with(|further| further.sync(unit, remaining, reset_at, now))
+    }
+
+    /// See [`Further::status`].
+    pub(crate) fn status(
+        &mut self,
+        requests: &mut LimiterCell,
+        first: Option<Rate>,
+        now: Micros,
+    ) -> (Vec<WindowStatus>, Vec<UnitStatus>) {
+        self.with(|further| further.status(requests, first, now))
+    }
+}
+
+/// What [`Budgets`] holds when a scope has any of it.
+#[derive(Debug)]
+pub(crate) struct Further {
     /// The request windows after the first, as configured.
     windows: Vec<Rate>,
     units: Vec<Unit>,
@@ -158,10 +267,8 @@ fn cells(
     (LimiterCell::windows(&widened, burst), low)
 }
 
-impl Budgets {
-    /// `rates` are every request window (the first is the scope's own,
-    /// kept in its cell); `units` the credential's, on its own scope only.
-    pub(crate) fn new(
+impl Further {
+    fn new(
         rates: &[Rate],
         burst: Option<NonZeroU32>,
         units: &[UnitLimits],
@@ -172,7 +279,7 @@ impl Budgets {
             .filter(|_| !rates.is_empty())
             .and_then(|_| cells(rates, burst, margin, share).1)
             .map(Box::new);
-        Budgets {
+        Further {
             windows: rates.iter().skip(1).copied().collect(),
             units: units
                 .iter()
@@ -192,9 +299,8 @@ impl Budgets {
         }
     }
 
-    /// No budgets beyond one request window.
-    pub(crate) fn none() -> Self {
-        Budgets {
+    const fn none() -> Self {
+        Further {
             windows: Vec::new(),
             units: Vec::new(),
             low: None,
@@ -251,7 +357,7 @@ impl Budgets {
     /// Reserves on `requests` (the scope's cell) and every budget `ask`
     /// touches, at one start no earlier than `not_before` and at most
     /// `max_wait` after `now`; otherwise charges nothing.
-    pub(crate) fn reserve(
+    fn reserve(
         &mut self,
         requests: &mut LimiterCell,
         first: Option<Rate>,
@@ -393,7 +499,7 @@ impl Budgets {
 
     /// Gives back every one of `tickets` but their requests, each bucket's
     /// latest charge first.
-    pub(crate) fn refund_all(&mut self, tickets: &[&Ticket]) {
+    fn refund_all(&mut self, tickets: &[&Ticket]) {
         if let Some(cell) = &mut self.low {
             let lows: Vec<&Reservation> = tickets.iter().filter_map(|t| t.low.as_ref()).collect();
             cell.refund_all(&lows);
@@ -408,7 +514,7 @@ impl Budgets {
     }
 
     /// Gives back everything `ticket` holds but its requests.
-    pub(crate) fn refund(&mut self, ticket: &Ticket) {
+    fn refund(&mut self, ticket: &Ticket) {
         if let (Some(cell), Some(reservation)) = (&mut self.low, &ticket.low) {
             cell.refund(reservation);
         }
@@ -503,7 +609,7 @@ impl Budgets {
     /// where `estimate` was charged; the difference is refunded or charged
     /// at `start` in every window of the unit (and its low share, for a
     /// low call). False when the scope has no such unit.
-    pub(crate) fn settle(
+    fn settle(
         &mut self,
         unit: &str,
         start: Micros,
@@ -530,13 +636,7 @@ impl Budgets {
 
     /// The server said `remaining` of `unit` are left until `reset_at`;
     /// false when the scope has no such unit.
-    pub(crate) fn sync(
-        &mut self,
-        unit: &str,
-        remaining: u64,
-        reset_at: Micros,
-        now: Micros,
-    ) -> bool {
+    fn sync(&mut self, unit: &str, remaining: u64, reset_at: Micros, now: Micros) -> bool {
         match self.unit(unit).and_then(|index| self.units.get_mut(index)) {
             Some(unit) => {
                 unit.cell.sync(remaining, reset_at, now);
@@ -559,7 +659,7 @@ impl Budgets {
     }
 
     /// Every window's status: the request windows (first the rate in force), then each unit's.
-    pub(crate) fn status(
+    fn status(
         &mut self,
         requests: &mut LimiterCell,
         first: Option<Rate>,
@@ -657,4 +757,56 @@ pub struct UnitStatus {
     pub server_remaining: Option<u64>,
     /// When that count resets, from now.
     pub server_reset_in_ms: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rates(texts: &[&str]) -> Vec<Rate> {
+        texts.iter().map(|text| text.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn only_budgets_beyond_one_window_take_a_block() {
+        let margin = std::time::Duration::ZERO;
+        let one = rates(&["10/1s"]);
+        assert!(Budgets::new(&one, None, &[], None, margin).0.is_none());
+        assert!(Budgets::none().0.is_none());
+        let two = rates(&["10/1s", "100/1m"]);
+        assert!(Budgets::new(&two, None, &[], None, margin).0.is_some());
+        assert!(Budgets::new(&one, None, &[], Some(0.5), margin).0.is_some());
+    }
+
+    #[test]
+    fn no_further_budget_spends_the_request_window_alone() {
+        let mut budgets = Budgets::none();
+        let rate = rates(&["2/1s"])[0];
+        let mut cell = LimiterCell::new(rate, None);
+        let ask = Ask {
+            priority: Priority::Low,
+            costs: vec![(Arc::from("tokens"), 5)],
+        };
+        let first = budgets
+            .reserve(&mut cell, Some(rate), 0, 0, 0, &ask)
+            .unwrap();
+        assert_eq!(
+            (first.start(), first.units.len(), first.low.is_none()),
+            (0, 0, true)
+        );
+        budgets
+            .reserve(&mut cell, Some(rate), 0, 0, 0, &ask)
+            .unwrap();
+        let Err(deferred) = budgets.reserve(&mut cell, Some(rate), 0, 0, 0, &ask) else {
+            panic!("a third start fitted a window of two");
+        };
+        assert_eq!(deferred.until, 1_000_000);
+        assert_eq!(deferred.window.as_deref(), Some("2/1s"));
+        assert!(!budgets.settle("tokens", 0, 5, 9, Priority::Low));
+        assert!(!budgets.sync("tokens", 0, 10, 0));
+        assert!(budgets.is_idle(0) && budgets.never_fits(&ask).is_none());
+        budgets.refund(&first);
+        cell.refund(&first.requests);
+        assert_eq!(cell.earliest(0), 0);
+    }
 }

@@ -1,7 +1,7 @@
 //! The bounded queue in front of a scope's concurrency permits, with a cap that can move.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -28,9 +28,12 @@ pub(crate) struct Admission {
     /// was lowered while they were out.
     debt: AtomicU32,
     /// Permits out now.
-    out: AtomicUsize,
+    out: AtomicU32,
     queue: u32,
-    queued: AtomicUsize,
+    /// Callers in the queue now. This count and `out` stay near 32-bit
+    /// settings (the queue's bound, the cap), so 32 bits hold them, and
+    /// an idle scope stays small (issue 18).
+    queued: AtomicU32,
     /// The callers waiting, made on the first that has to: an uncontended
     /// scope never pays for the queue's maps (issue 18).
     waiters: OnceLock<Box<Mutex<Waiters>>>,
@@ -53,9 +56,9 @@ impl Admission {
             semaphore: Semaphore::new(cap as usize),
             cap: AtomicU32::new(cap),
             debt: AtomicU32::new(0),
-            out: AtomicUsize::new(0),
+            out: AtomicU32::new(0),
             queue,
-            queued: AtomicUsize::new(0),
+            queued: AtomicU32::new(0),
             waiters: OnceLock::new(),
         }
     }
@@ -74,12 +77,12 @@ impl Admission {
     }
 
     pub(crate) fn queued(&self) -> usize {
-        self.queued.load(Ordering::SeqCst)
+        self.queued.load(Ordering::SeqCst) as usize
     }
 
     /// Permits out now (calls holding one).
     pub(crate) fn running(&self) -> usize {
-        self.out.load(Ordering::SeqCst)
+        self.out.load(Ordering::SeqCst) as usize
     }
 
     fn granted<'a>(&'a self, permit: SemaphorePermit<'a>) -> Permit<'a> {
@@ -127,7 +130,7 @@ impl Admission {
         if let Some(permit) = self.try_admit() {
             return Ok(permit);
         }
-        let queued = self.queued.fetch_add(1, Ordering::SeqCst);
+        let queued = self.queued.fetch_add(1, Ordering::SeqCst) as usize;
         let _slot = QueueSlot(&self.queued);
         // Less urgent waiters are not ahead of this call: they neither delay
         // it nor keep it out of a full queue, where the least urgent,
@@ -189,7 +192,7 @@ impl Admission {
         if let Ok(permit) = self.semaphore.try_acquire() {
             return Ok(Ok(self.granted(permit)));
         }
-        let ahead = self.queued.fetch_add(1, Ordering::SeqCst);
+        let ahead = self.queued.fetch_add(1, Ordering::SeqCst) as usize;
         let slot = QueueSlot(&self.queued);
         let drain = estimate(ahead);
         if ahead >= self.queue as usize || drain >= deadline.remaining(now) {

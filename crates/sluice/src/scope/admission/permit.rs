@@ -1,6 +1,6 @@
 //! A permit to run, shadow mode's at-once decision, and a held place in the queue.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::sync::SemaphorePermit;
@@ -74,7 +74,7 @@ impl Permit<'_> {
 
 /// A place in the queue, given back when the call leaves it (with a
 /// permit, shed, timed out, or cancelled by its caller).
-pub(super) struct QueueSlot<'a>(pub(super) &'a AtomicUsize);
+pub(super) struct QueueSlot<'a>(pub(super) &'a AtomicU32);
 
 /// A place in the queue held by a shadow-mode call that runs without a
 /// permit; given back when it drops.

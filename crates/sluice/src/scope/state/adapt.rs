@@ -89,11 +89,10 @@ impl Scope {
     pub(crate) fn record_latency(&self, latency: Duration) -> Option<u32> {
         {
             let mut state = self.state();
-            let blended = state.latency.as_secs_f64() * (1.0 - LATENCY_ALPHA)
-                + latency.as_secs_f64() * LATENCY_ALPHA;
-            // Both terms are at most a deadline's length, so this always
-            // fits; a latency is never worth a panic all the same.
-            state.latency = Duration::try_from_secs_f64(blended).unwrap_or(state.latency);
+            let blended = state.latency as f64 * (1.0 - LATENCY_ALPHA)
+                + latency.as_micros() as f64 * LATENCY_ALPHA;
+            // A cast from a float saturates: no latency can panic here.
+            state.latency = blended.round() as Micros;
         }
         self.adjust_cap()
     }
@@ -104,10 +103,10 @@ impl Scope {
         let (bound, admission) = (self.auto_cap?, self.admission.as_ref()?);
         let (rate, latency) = {
             let state = self.state();
-            (state.limit.effective()?, state.latency)
+            (state.limit.effective()?, state.latency())
         };
         let mut cap = littles_law(rate, latency).min(bound);
-        if let Some(lowered) = self.crowding.lock().limit() {
+        if let Some(lowered) = self.lowered_cap() {
             cap = cap.min(lowered);
         }
         (cap != admission.cap()).then(|| {
@@ -120,7 +119,7 @@ impl Scope {
     fn ceiling(&self) -> u32 {
         let auto = self.auto_cap.and_then(|bound| {
             let state = self.state();
-            Some(littles_law(state.limit.effective()?, state.latency).min(bound))
+            Some(littles_law(state.limit.effective()?, state.latency()).min(bound))
         });
         auto.unwrap_or(self.configured_cap)
     }
@@ -130,6 +129,7 @@ impl Scope {
     pub(crate) fn on_concurrency_rejection(&self) -> Option<u32> {
         let admission = self.admission.as_ref()?;
         let cap = self
+            .rare()
             .crowding
             .lock()
             .on_rejection(admission.cap(), admission.running());
@@ -141,8 +141,10 @@ impl Scope {
     /// many requests as it allows have succeeded. Returns the new cap.
     pub(crate) fn on_accepted(&self) -> Option<u32> {
         let admission = self.admission.as_ref()?;
+        // Never rejected, never lowered: nothing to climb back.
+        let rare = self.rare.get()?;
         let ceiling = self.ceiling();
-        let raised = self.crowding.lock().on_success(ceiling)?;
+        let raised = rare.crowding.lock().on_success(ceiling)?;
         admission.set_cap(raised);
         Some(raised)
     }

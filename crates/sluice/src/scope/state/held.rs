@@ -1,7 +1,7 @@
 //! A request counted in flight on a scope, and a permit held past its call.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Scope;
 use crate::scope::admission::Permit;
@@ -29,13 +29,13 @@ impl Scope {
 
     /// Requests in flight now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::SeqCst)
+        self.in_flight.load(Ordering::SeqCst) as usize
     }
 }
 
 /// A request in flight on a scope.
 #[derive(Debug)]
-pub(crate) struct InFlight<'a>(&'a AtomicUsize);
+pub(crate) struct InFlight<'a>(&'a AtomicU32);
 
 /// A finished call's permit and in-flight count, owned (see [`Scope::hold`]).
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! One scope at run time: its limiter cell, what it learned, its admission, its counters.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -63,13 +63,18 @@ struct State {
     limit: Limit,
     /// The scope's quota is spent until this instant (0: not exhausted).
     quota_until: Micros,
-    /// Exponentially weighted moving average of response latency.
-    latency: Duration,
+    /// Exponentially weighted moving average of response latency, in
+    /// microseconds (8 bytes where a `Duration` takes 16; issue 18).
+    latency: Micros,
     /// Requests really sent (in shadow mode, more than the cell admitted).
     sent: SentLog,
 }
 
 impl State {
+    fn latency(&self) -> Duration {
+        Duration::from_micros(self.latency)
+    }
+
     /// Puts the effective limit into the cell; returns it if it changed.
     fn apply(&mut self, before: Option<Rate>) -> Option<Option<Rate>> {
         let after = self.limit.effective();
@@ -84,6 +89,17 @@ impl State {
     }
 }
 
+/// What few scopes ever need, in one block made on first use: an idle
+/// scope should stay small (issue 18). A scope without it reads as one
+/// with a fresh one: no cap lowered, no shadow decision counted.
+#[derive(Debug, Default)]
+struct Rare {
+    /// What the server's concurrency rejections made of the cap.
+    crowding: Mutex<Crowding>,
+    /// Shadow mode: what enforcing would have done.
+    shadow: ShadowCounters,
+}
+
 /// One bucket: a credential's `api_key` scope (with admission), or a scope
 /// the server reported (limiter cell only).
 #[derive(Debug)]
@@ -96,16 +112,16 @@ pub(crate) struct Scope {
     auto_cap: Option<u32>,
     /// The configured `max_in_flight` (the bound, under `"auto"`).
     configured_cap: u32,
-    /// What the server's concurrency rejections made of the cap.
-    crowding: Mutex<Crowding>,
-    in_flight: AtomicUsize,
-    peak_in_flight: AtomicUsize,
+    /// 32 bits: a process holds nowhere near 4 billion requests at once,
+    /// and an idle scope should stay small (issue 18).
+    in_flight: AtomicU32,
+    peak_in_flight: AtomicU32,
     /// The latest call's time: kept beside the names a look-up compares,
     /// and set without the state's lock.
     last_used: AtomicU64,
     outcomes: [AtomicU64; OUTCOME_KINDS.len()],
-    /// Shadow mode: what enforcing would have done.
-    shadow: OnceLock<Box<ShadowCounters>>,
+    /// What few scopes ever need, made by the first call that does.
+    rare: OnceLock<Box<Rare>>,
 }
 
 const OUTCOME_KINDS: [&str; 5] = [
@@ -251,23 +267,32 @@ impl Scope {
                 budgets,
                 limit,
                 quota_until: 0,
-                latency: limits.expected_latency,
+                latency: u64::try_from(limits.expected_latency.as_micros()).unwrap_or(Micros::MAX),
                 sent: SentLog::default(),
             }),
             admission,
             auto_cap,
             configured_cap: limits.max_in_flight,
-            crowding: Mutex::new(Crowding::default()),
-            in_flight: AtomicUsize::new(0),
-            peak_in_flight: AtomicUsize::new(0),
+            in_flight: AtomicU32::new(0),
+            peak_in_flight: AtomicU32::new(0),
             last_used: AtomicU64::new(now),
             outcomes: Default::default(),
-            shadow: OnceLock::new(),
+            rare: OnceLock::new(),
         }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock()
+    }
+
+    /// The scope's [`Rare`] block, made now if it was not yet.
+    fn rare(&self) -> &Rare {
+        self.rare.get_or_init(Box::default)
+    }
+
+    /// The cap the server's concurrency rejections imposed, if one is in force.
+    fn lowered_cap(&self) -> Option<u32> {
+        self.rare.get()?.crowding.lock().limit()
     }
 
     pub(crate) fn touch(&self, now: Micros) {
@@ -353,7 +378,7 @@ impl Scope {
         let mut state = self.state();
         let next_slot = Duration::from_micros(state.cell.earliest(now) - now);
         let interval = state.limit.enforced().map(|rate| rate.interval());
-        drain_estimate(ahead, admission.cap(), state.latency, interval, next_slot)
+        drain_estimate(ahead, admission.cap(), state.latency(), interval, next_slot)
     }
 
     /// When the spent quota resets, if it is spent at `now`.

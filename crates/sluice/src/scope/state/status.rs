@@ -95,7 +95,7 @@ impl Scope {
 
     /// Shadow mode: enforcing would have made `decision` here.
     pub(crate) fn record_shadow(&self, decision: ShadowDecision, wait: Duration) {
-        self.shadow.get_or_init(Box::default).record(decision, wait);
+        self.rare().shadow.record(decision, wait);
     }
 
     pub(crate) fn record_outcome(&self, outcome: &Outcome) {
@@ -129,10 +129,10 @@ impl Scope {
             burst: state.limit.burst().map(NonZeroU32::get),
             max_in_flight: self.admission.as_ref().map(Admission::cap),
             max_in_flight_auto: self.auto_cap.is_some(),
-            max_in_flight_lowered: self.crowding.lock().limit().is_some(),
+            max_in_flight_lowered: self.lowered_cap().is_some(),
             queue_limit: self.admission.as_ref().map(Admission::queue),
             in_flight: self.in_flight(),
-            peak_in_flight: self.peak_in_flight.load(Ordering::SeqCst),
+            peak_in_flight: self.peak_in_flight.load(Ordering::SeqCst) as usize,
             queued: self.admission.as_ref().map_or(0, Admission::queued),
             blocked_for_ms: state.cell.blocked_until(now).map(ms),
             quota_exhausted: state.quota_until > now,
@@ -142,16 +142,16 @@ impl Scope {
             sent_in_window: state.sent.in_window(now, window),
             sent_window_ms: window / 1_000,
             sent_history: state.sent.history(now, window),
-            latency_ms: state.latency.as_secs_f64() * 1_000.0,
+            latency_ms: state.latency as f64 / 1_000.0,
             outcomes: OUTCOME_KINDS
                 .iter()
                 .zip(&self.outcomes)
                 .map(|(kind, count)| ((*kind).to_owned(), count.load(Ordering::Relaxed)))
                 .collect(),
             shadow: self
-                .shadow
+                .rare
                 .get()
-                .map_or_else(ShadowStatus::default, |shadow| shadow.status()),
+                .map_or_else(ShadowStatus::default, |rare| rare.shadow.status()),
             windows,
             units,
             low_share,
