@@ -44,6 +44,7 @@ pub enum RateError {
 /// The longest window a rate may have: a week. Longer is a quota, not a rate.
 const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
+const MAX_WINDOW_NANOS: u64 = MAX_WINDOW.as_secs() * NANOS_PER_SECOND;
 
 impl Rate {
     /// A rate of `count` starts per `window`; `None` when the window is zero or longer than a week.
@@ -76,6 +77,20 @@ impl Rate {
     /// The steady-state spacing between starts, `W / N`.
     pub fn interval(&self) -> Duration {
         self.window() / self.count.get()
+    }
+
+    /// This rate with its window widened by `by`, at most a tenth of the
+    /// window; unchanged if that would pass the longest window. In whole
+    /// nanoseconds, as the rate keeps its window: no `Duration` is made on
+    /// a path every reservation takes.
+    pub(crate) fn widened(self, by: Duration) -> Rate {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let window = self.window + by.min(self.window / 10);
+        if window <= MAX_WINDOW_NANOS {
+            Rate { window, ..self }
+        } else {
+            self
+        }
     }
 
     /// Starts per second, for display and for Little's law.
@@ -162,6 +177,37 @@ mod tests {
         assert_eq!(Rate::new(count, MAX_WINDOW + Duration::from_nanos(1)), None);
         assert_eq!(Rate::new(count, Duration::ZERO), None);
         assert_eq!(std::mem::size_of::<Option<Rate>>(), 16);
+    }
+
+    #[test]
+    fn a_widened_window_grows_by_at_most_a_tenth_and_never_past_a_week() {
+        let count = NonZeroU32::new(7).unwrap();
+        let margins = [
+            Duration::ZERO,
+            Duration::from_nanos(3),
+            Duration::from_millis(20),
+            Duration::from_secs(3600),
+            Duration::MAX,
+        ];
+        for window in [
+            Duration::from_nanos(9),
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+            Duration::from_secs(6 * 24 * 3600 + 23 * 3600),
+            MAX_WINDOW,
+        ] {
+            let rate = Rate::new(count, window).unwrap();
+            for margin in margins {
+                let widened = window + margin.min(window / 10);
+                let expected = Rate::new(count, widened).unwrap_or(rate);
+                assert_eq!(rate.widened(margin), expected, "{window:?} + {margin:?}");
+            }
+        }
+        let second = Rate::per_second(count);
+        assert_eq!(
+            second.widened(Duration::from_millis(20)).window(),
+            Duration::from_millis(1_020)
+        );
     }
 
     #[test]

@@ -228,8 +228,7 @@ fn resolve_group(
 
 /// `rate` with its window widened by `margin`, at most a tenth of the window.
 pub(crate) fn with_margin(rate: Rate, margin: Duration) -> Rate {
-    let widened = rate.window() + margin.min(rate.window() / 10);
-    Rate::new(rate.count(), widened).unwrap_or(rate)
+    rate.widened(margin)
 }
 
 /// Little's law: concurrency = arrival rate x time in system, at least 1.

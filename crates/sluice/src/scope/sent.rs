@@ -27,10 +27,6 @@ impl SentLog {
     /// Logs a start at `at`, forgetting what no window of length `window`
     /// ending in the last minute can see any more.
     pub(crate) fn record(&mut self, at: Micros, window: Micros) {
-        if self.starts.capacity() == 0 {
-            // As the limiter's window does: one start, one slot.
-            self.starts.reserve_exact(1);
-        }
         // Starts are logged as they are sent, nearly in order.
         let index = self.starts.partition_point(|&start| start <= at);
         self.starts.insert(index, at);
