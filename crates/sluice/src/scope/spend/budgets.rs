@@ -1,0 +1,279 @@
+//! A call's ask and its ticket on a scope, and the scope's budgets beyond
+//! its first request window: none, or a block of them ([`Further`]).
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use super::further::Further;
+use crate::Rate;
+use crate::config::{Priority, UnitLimits};
+use crate::limiter::{LimiterCell, Micros, Reservation};
+
+/// What a call asks of a scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Ask {
+    pub(crate) priority: Priority,
+    /// By unit name; units the scope does not have are not its to charge.
+    pub(crate) costs: Vec<(Arc<str>, u64)>,
+}
+
+/// A scope's budgets besides its first request window (which the scope's
+/// `Limit` may move): the further request windows, the units, the low share.
+///
+/// Most scopes have none of them, and an idle scope should stay small
+/// (issue 18): then there is no block at all, and each method answers as
+/// an empty [`Further`] would. Reading goes through `Deref`; the methods
+/// that change a budget are [`Budgets`]' own.
+#[derive(Debug)]
+pub(crate) struct Budgets(Option<Box<Further>>);
+
+/// No further budget: what [`Budgets`] reads as when it has none.
+static NONE: Further = Further::none();
+
+impl std::ops::Deref for Budgets {
+    type Target = Further;
+
+    fn deref(&self) -> &Further {
+        self.0.as_deref().unwrap_or(&NONE)
+    }
+}
+
+impl Budgets {
+    /// `rates` are every request window (the first is the scope's own,
+    /// kept in its cell); `units` the credential's, on its own scope only.
+    pub(crate) fn new(
+        rates: &[Rate],
+        burst: Option<NonZeroU32>,
+        units: &[UnitLimits],
+        share: Option<f64>,
+        margin: std::time::Duration,
+    ) -> Self {
+        let further = Further::new(rates, burst, units, share, margin);
+        let any = !further.windows.is_empty()
+            || !further.units.is_empty()
+            || further.low.is_some()
+            || further.share.is_some();
+        Budgets(any.then(|| Box::new(further)))
+    }
+
+    /// No budgets beyond one request window.
+    pub(crate) fn none() -> Self {
+        Budgets(None)
+    }
+
+    /// `act` on the budgets; on an empty set when there are none, which
+    /// nothing can change. That set holds no allocation, and no method
+    /// adds one to it (they only charge and refund the cells it holds),
+    /// so it is not dropped: a call saves the drop's few dozen
+    /// instructions.
+    fn with<R>(&mut self, act: impl FnOnce(&mut Further) -> R) -> R {
+        match self.0.as_deref_mut() {
+            Some(further) => act(further),
+            None => act(&mut std::mem::ManuallyDrop::new(Further::none())),
+        }
+    }
+
+    /// See [`Further::reserve`].
+    pub(crate) fn reserve(
+        &mut self,
+        requests: &mut LimiterCell,
+        first: Option<Rate>,
+        now: Micros,
+        not_before: Micros,
+        max_wait: Micros,
+        ask: &Ask,
+    ) -> Result<Ticket, Deferred> {
+        self.with(|further| further.reserve(requests, first, now, not_before, max_wait, ask))
+    }
+
+    /// See [`Further::refund_all`].
+    pub(crate) fn refund_all(&mut self, tickets: &[&Ticket]) {
+        self.with(|further| further.refund_all(tickets));
+    }
+
+    /// See [`Further::refund`].
+    pub(crate) fn refund(&mut self, ticket: &Ticket) {
+        self.with(|further| further.refund(ticket));
+    }
+
+    /// See [`Further::settle`].
+    pub(crate) fn settle(
+        &mut self,
+        unit: &str,
+        start: Micros,
+        estimate: u64,
+        actual: u64,
+        priority: Priority,
+    ) -> bool {
+        self.with(|further| further.settle(unit, start, estimate, actual, priority))
+    }
+
+    /// See [`Further::sync`].
+    pub(crate) fn sync(
+        &mut self,
+        unit: &str,
+        remaining: u64,
+        reset_at: Micros,
+        now: Micros,
+    ) -> bool {
+        self.with(|further| further.sync(unit, remaining, reset_at, now))
+    }
+
+    /// See [`Further::status`].
+    pub(crate) fn status(
+        &mut self,
+        requests: &mut LimiterCell,
+        first: Option<Rate>,
+        now: Micros,
+    ) -> (Vec<WindowStatus>, Vec<UnitStatus>) {
+        self.with(|further| further.status(requests, first, now))
+    }
+}
+
+/// Everything a call holds on one scope for its start.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    pub(crate) requests: Reservation,
+    pub(super) low: Option<Reservation>,
+    /// By unit index: the unit's reservation and its share's.
+    pub(super) units: Vec<(usize, Reservation, Option<Reservation>)>,
+}
+
+impl Ticket {
+    pub(crate) fn start(&self) -> Micros {
+        self.requests.start()
+    }
+
+    /// True when `other` charges exactly what this ticket charges, in the
+    /// same cells: the same requests, the same share (or none), the same
+    /// cost in each unit. Two such tickets of a scope can change hands
+    /// between calls without any cell noticing.
+    pub(crate) fn same_spend(&self, other: &Ticket) -> bool {
+        self.requests.amount() == other.requests.amount()
+            && self.low.as_ref().map(Reservation::amount)
+                == other.low.as_ref().map(Reservation::amount)
+            && self.units.len() == other.units.len()
+            && self.units.iter().zip(&other.units).all(|(mine, theirs)| {
+                mine.0 == theirs.0
+                    && mine.1.amount() == theirs.1.amount()
+                    && mine.2.as_ref().map(Reservation::amount)
+                        == theirs.2.as_ref().map(Reservation::amount)
+            })
+    }
+
+    /// True when this ticket charges at least what `other` charges, in
+    /// the same cells, in every cell `other` charges (it may charge more,
+    /// and the low share besides): a call holding `other` can start on
+    /// this ticket instead, overcharged but never over any window.
+    pub(crate) fn covers(&self, other: &Ticket) -> bool {
+        fn covers(mine: Option<&Reservation>, theirs: Option<&Reservation>) -> bool {
+            theirs.is_none_or(|theirs| mine.is_some_and(|mine| mine.amount() >= theirs.amount()))
+        }
+        self.requests.amount() >= other.requests.amount()
+            && covers(self.low.as_ref(), other.low.as_ref())
+            && other.units.iter().all(|(index, requests, low)| {
+                self.units.iter().any(|(mine, my_requests, my_low)| {
+                    mine == index
+                        && my_requests.amount() >= requests.amount()
+                        && covers(my_low.as_ref(), low.as_ref())
+                })
+            })
+    }
+
+    /// What the call charged in each unit, by name.
+    pub(crate) fn costs(&self, budgets: &Budgets) -> Vec<(Arc<str>, u64)> {
+        self.units
+            .iter()
+            .filter_map(|(index, reservation, _)| {
+                let unit = budgets.units.get(*index)?;
+                Some((unit.name.clone(), reservation.amount()))
+            })
+            .collect()
+    }
+}
+
+/// No start in time: when, which window, and whether the low share set it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Deferred {
+    pub(crate) until: Micros,
+    pub(crate) window: Option<String>,
+    pub(crate) priority: bool,
+}
+
+/// One window's use, for `/v1/status` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WindowStatus {
+    /// The window as configured, e.g. `30/1m`.
+    pub window: String,
+    /// Spent in the window ending now (requests, or units).
+    pub used: u64,
+    /// Left of its count now.
+    pub remaining: u64,
+    /// How long until the next request (or one unit) may start, from now.
+    pub next_free_ms: u64,
+}
+
+/// One unit's windows, for `/v1/status` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UnitStatus {
+    /// The unit's name, e.g. `tokens`.
+    pub unit: String,
+    /// Every window of the unit.
+    pub windows: Vec<WindowStatus>,
+    /// What the server last said remains of the unit, if it did.
+    pub server_remaining: Option<u64>,
+    /// When that count resets, from now.
+    pub server_reset_in_ms: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rates(texts: &[&str]) -> Vec<Rate> {
+        texts.iter().map(|text| text.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn only_budgets_beyond_one_window_take_a_block() {
+        let margin = std::time::Duration::ZERO;
+        let one = rates(&["10/1s"]);
+        assert!(Budgets::new(&one, None, &[], None, margin).0.is_none());
+        assert!(Budgets::none().0.is_none());
+        let two = rates(&["10/1s", "100/1m"]);
+        assert!(Budgets::new(&two, None, &[], None, margin).0.is_some());
+        assert!(Budgets::new(&one, None, &[], Some(0.5), margin).0.is_some());
+    }
+
+    #[test]
+    fn no_further_budget_spends_the_request_window_alone() {
+        let mut budgets = Budgets::none();
+        let rate = rates(&["2/1s"])[0];
+        let mut cell = LimiterCell::new(rate, None);
+        let ask = Ask {
+            priority: Priority::Low,
+            costs: vec![(Arc::from("tokens"), 5)],
+        };
+        let first = budgets
+            .reserve(&mut cell, Some(rate), 0, 0, 0, &ask)
+            .unwrap();
+        assert_eq!(
+            (first.start(), first.units.len(), first.low.is_none()),
+            (0, 0, true)
+        );
+        budgets
+            .reserve(&mut cell, Some(rate), 0, 0, 0, &ask)
+            .unwrap();
+        let Err(deferred) = budgets.reserve(&mut cell, Some(rate), 0, 0, 0, &ask) else {
+            panic!("a third start fitted a window of two");
+        };
+        assert_eq!(deferred.until, 1_000_000);
+        assert_eq!(deferred.window.as_deref(), Some("2/1s"));
+        assert!(!budgets.settle("tokens", 0, 5, 9, Priority::Low));
+        assert!(!budgets.sync("tokens", 0, 10, 0));
+        assert!(budgets.is_idle(0) && budgets.never_fits(&ask).is_none());
+        budgets.refund(&first);
+        cell.refund(&first.requests);
+        assert_eq!(cell.earliest(0), 0);
+    }
+}

@@ -1,0 +1,9 @@
+//! What one call spends on a scope, all or nothing: a request in every
+//! window, its cost in every window of each unit, and the low-priority
+//! share; the start they all allow, the window that sets it, the true-up.
+
+mod budgets;
+mod further;
+
+pub(crate) use budgets::{Ask, Budgets, Deferred, Ticket};
+pub use budgets::{UnitStatus, WindowStatus};
