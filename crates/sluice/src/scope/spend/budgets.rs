@@ -1,13 +1,11 @@
 //! A call's ask and its ticket on a scope, and the scope's budgets beyond
 //! its first request window: none, or a block of them ([`Further`]).
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use super::further::Further;
-use crate::Rate;
-use crate::config::{Priority, UnitLimits};
-use crate::limiter::{LimiterCell, Micros, Reservation};
+use crate::config::Priority;
+use crate::limiter::{Micros, Reservation};
 
 /// What a call asks of a scope.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,8 +20,8 @@ pub(crate) struct Ask {
 ///
 /// Most scopes have none of them, and an idle scope should stay small
 /// (issue 18): then there is no block at all, and each method answers as
-/// an empty [`Further`] would. Reading goes through `Deref`; the methods
-/// that change a budget are [`Budgets`]' own.
+/// an empty [`Further`] would. Reading goes through `Deref`, changing
+/// through [`Budgets::change`].
 #[derive(Debug)]
 pub(crate) struct Budgets(Option<Box<Further>>);
 
@@ -39,16 +37,8 @@ impl std::ops::Deref for Budgets {
 }
 
 impl Budgets {
-    /// `rates` are every request window (the first is the scope's own,
-    /// kept in its cell); `units` the credential's, on its own scope only.
-    pub(crate) fn new(
-        rates: &[Rate],
-        burst: Option<NonZeroU32>,
-        units: &[UnitLimits],
-        share: Option<f64>,
-        margin: std::time::Duration,
-    ) -> Self {
-        let further = Further::new(rates, burst, units, share, margin);
+    /// The budgets `further` holds: no block when that is nothing.
+    pub(super) fn of(further: Further) -> Self {
         let any = !further.windows.is_empty()
             || !further.units.is_empty()
             || further.low.is_some()
@@ -61,72 +51,16 @@ impl Budgets {
         Budgets(None)
     }
 
-    /// `act` on the budgets; on an empty set when there are none, which
-    /// nothing can change. That set holds no allocation, and no method
-    /// adds one to it (they only charge and refund the cells it holds),
-    /// so it is not dropped: a call saves the drop's few dozen
+    /// `act` on the budgets, to change them; on an empty set when there
+    /// are none, which nothing can change. That set holds no allocation,
+    /// and no method adds one to it (they only charge and refund the cells
+    /// it holds), so it is not dropped: a call saves the drop's few dozen
     /// instructions.
-    fn with<R>(&mut self, act: impl FnOnce(&mut Further) -> R) -> R {
+    pub(crate) fn change<R>(&mut self, act: impl FnOnce(&mut Further) -> R) -> R {
         match self.0.as_deref_mut() {
             Some(further) => act(further),
             None => act(&mut std::mem::ManuallyDrop::new(Further::none())),
         }
-    }
-
-    /// See [`Further::reserve`].
-    pub(crate) fn reserve(
-        &mut self,
-        requests: &mut LimiterCell,
-        first: Option<Rate>,
-        now: Micros,
-        not_before: Micros,
-        max_wait: Micros,
-        ask: &Ask,
-    ) -> Result<Ticket, Deferred> {
-        self.with(|further| further.reserve(requests, first, now, not_before, max_wait, ask))
-    }
-
-    /// See [`Further::refund_all`].
-    pub(crate) fn refund_all(&mut self, tickets: &[&Ticket]) {
-        self.with(|further| further.refund_all(tickets));
-    }
-
-    /// See [`Further::refund`].
-    pub(crate) fn refund(&mut self, ticket: &Ticket) {
-        self.with(|further| further.refund(ticket));
-    }
-
-    /// See [`Further::settle`].
-    pub(crate) fn settle(
-        &mut self,
-        unit: &str,
-        start: Micros,
-        estimate: u64,
-        actual: u64,
-        priority: Priority,
-    ) -> bool {
-        self.with(|further| further.settle(unit, start, estimate, actual, priority))
-    }
-
-    /// See [`Further::sync`].
-    pub(crate) fn sync(
-        &mut self,
-        unit: &str,
-        remaining: u64,
-        reset_at: Micros,
-        now: Micros,
-    ) -> bool {
-        self.with(|further| further.sync(unit, remaining, reset_at, now))
-    }
-
-    /// See [`Further::status`].
-    pub(crate) fn status(
-        &mut self,
-        requests: &mut LimiterCell,
-        first: Option<Rate>,
-        now: Micros,
-    ) -> (Vec<WindowStatus>, Vec<UnitStatus>) {
-        self.with(|further| further.status(requests, first, now))
     }
 }
 
@@ -229,6 +163,8 @@ pub struct UnitStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Rate;
+    use crate::limiter::LimiterCell;
 
     fn rates(texts: &[&str]) -> Vec<Rate> {
         texts.iter().map(|text| text.parse().unwrap()).collect()
@@ -255,24 +191,25 @@ mod tests {
             costs: vec![(Arc::from("tokens"), 5)],
         };
         let first = budgets
-            .reserve(&mut cell, Some(rate), 0, 0, 0, &ask)
+            .change(|b| b.reserve(&mut cell, Some(rate), 0, 0, 0, &ask))
             .unwrap();
         assert_eq!(
             (first.start(), first.units.len(), first.low.is_none()),
             (0, 0, true)
         );
         budgets
-            .reserve(&mut cell, Some(rate), 0, 0, 0, &ask)
+            .change(|b| b.reserve(&mut cell, Some(rate), 0, 0, 0, &ask))
             .unwrap();
-        let Err(deferred) = budgets.reserve(&mut cell, Some(rate), 0, 0, 0, &ask) else {
+        let Err(deferred) = budgets.change(|b| b.reserve(&mut cell, Some(rate), 0, 0, 0, &ask))
+        else {
             panic!("a third start fitted a window of two");
         };
         assert_eq!(deferred.until, 1_000_000);
         assert_eq!(deferred.window.as_deref(), Some("2/1s"));
-        assert!(!budgets.settle("tokens", 0, 5, 9, Priority::Low));
-        assert!(!budgets.sync("tokens", 0, 10, 0));
+        assert!(!budgets.change(|b| b.settle("tokens", 0, 5, 9, Priority::Low)));
+        assert!(!budgets.change(|b| b.sync("tokens", 0, 10, 0)));
         assert!(budgets.is_idle(0) && budgets.never_fits(&ask).is_none());
-        budgets.refund(&first);
+        budgets.change(|b| b.refund(&first));
         cell.refund(&first.requests);
         assert_eq!(cell.earliest(0), 0);
     }

@@ -4,7 +4,7 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use super::budgets::{Ask, Deferred, Ticket, UnitStatus, WindowStatus};
+use super::budgets::{Ask, Budgets, Deferred, Ticket, UnitStatus, WindowStatus};
 use crate::Rate;
 use crate::config::{Priority, UnitLimits, with_margin};
 use crate::limiter::{Binding, LimiterCell, Micros, Reservation, WindowUsage};
@@ -20,7 +20,7 @@ pub(super) struct Unit {
     low: Option<LimiterCell>,
 }
 
-/// What [`Budgets`](super::Budgets) holds when a scope has any of it.
+/// What [`Budgets`] holds when a scope has any of it.
 #[derive(Debug)]
 pub(crate) struct Further {
     /// The request windows after the first, as configured.
@@ -79,8 +79,10 @@ fn cells(
     (LimiterCell::windows(&widened, burst), low)
 }
 
-impl Further {
-    pub(super) fn new(
+impl Budgets {
+    /// `rates` are every request window (the first is the scope's own,
+    /// kept in its cell); `units` the credential's, on its own scope only.
+    pub(crate) fn new(
         rates: &[Rate],
         burst: Option<NonZeroU32>,
         units: &[UnitLimits],
@@ -91,7 +93,7 @@ impl Further {
             .filter(|_| !rates.is_empty())
             .and_then(|_| cells(rates, burst, margin, share).1)
             .map(Box::new);
-        Further {
+        Budgets::of(Further {
             windows: rates.iter().skip(1).copied().collect(),
             units: units
                 .iter()
@@ -108,9 +110,11 @@ impl Further {
                 .collect(),
             low,
             share,
-        }
+        })
     }
+}
 
+impl Further {
     pub(super) const fn none() -> Self {
         Further {
             windows: Vec::new(),
@@ -169,7 +173,7 @@ impl Further {
     /// Reserves on `requests` (the scope's cell) and every budget `ask`
     /// touches, at one start no earlier than `not_before` and at most
     /// `max_wait` after `now`; otherwise charges nothing.
-    pub(super) fn reserve(
+    pub(crate) fn reserve(
         &mut self,
         requests: &mut LimiterCell,
         first: Option<Rate>,
@@ -311,7 +315,7 @@ impl Further {
 
     /// Gives back every one of `tickets` but their requests, each bucket's
     /// latest charge first.
-    pub(super) fn refund_all(&mut self, tickets: &[&Ticket]) {
+    pub(crate) fn refund_all(&mut self, tickets: &[&Ticket]) {
         if let Some(cell) = &mut self.low {
             let lows: Vec<&Reservation> = tickets.iter().filter_map(|t| t.low.as_ref()).collect();
             cell.refund_all(&lows);
@@ -326,7 +330,7 @@ impl Further {
     }
 
     /// Gives back everything `ticket` holds but its requests.
-    pub(super) fn refund(&mut self, ticket: &Ticket) {
+    pub(crate) fn refund(&mut self, ticket: &Ticket) {
         if let (Some(cell), Some(reservation)) = (&mut self.low, &ticket.low) {
             cell.refund(reservation);
         }
@@ -421,7 +425,7 @@ impl Further {
     /// where `estimate` was charged; the difference is refunded or charged
     /// at `start` in every window of the unit (and its low share, for a
     /// low call). False when the scope has no such unit.
-    pub(super) fn settle(
+    pub(crate) fn settle(
         &mut self,
         unit: &str,
         start: Micros,
@@ -448,7 +452,7 @@ impl Further {
 
     /// The server said `remaining` of `unit` are left until `reset_at`;
     /// false when the scope has no such unit.
-    pub(super) fn sync(
+    pub(crate) fn sync(
         &mut self,
         unit: &str,
         remaining: u64,
@@ -477,7 +481,7 @@ impl Further {
     }
 
     /// Every window's status: the request windows (first the rate in force), then each unit's.
-    pub(super) fn status(
+    pub(crate) fn status(
         &mut self,
         requests: &mut LimiterCell,
         first: Option<Rate>,

@@ -414,13 +414,14 @@ impl Scope {
             limit,
             ..
         } = &mut *state;
-        budgets.reserve(cell, limit.effective(), now, not_before, max_wait, ask)
+        let first = limit.effective();
+        budgets.change(|budgets| budgets.reserve(cell, first, now, not_before, max_wait, ask))
     }
 
     pub(crate) fn refund(&self, ticket: &Ticket) {
         let mut state = self.state();
         state.cell.refund(&ticket.requests);
-        state.budgets.refund(ticket);
+        state.budgets.change(|budgets| budgets.refund(ticket));
     }
 
     /// Gives back every one of the `tickets` held on each scope, when that
@@ -449,7 +450,7 @@ impl Scope {
             for (state, tickets) in &mut states {
                 let requests: Vec<&Reservation> = tickets.iter().map(|t| &t.requests).collect();
                 state.cell.refund_all(&requests);
-                state.budgets.refund_all(tickets);
+                state.budgets.change(|budgets| budgets.refund_all(tickets));
             }
         }
         exact
@@ -481,7 +482,7 @@ impl Scope {
     ) -> bool {
         self.state()
             .budgets
-            .settle(unit, start, estimate, actual, priority)
+            .change(|budgets| budgets.settle(unit, start, estimate, actual, priority))
     }
 
     /// The server's count of `unit`; false when the scope has no such unit.
@@ -492,7 +493,9 @@ impl Scope {
         reset_at: Micros,
         now: Micros,
     ) -> bool {
-        self.state().budgets.sync(unit, remaining, reset_at, now)
+        self.state()
+            .budgets
+            .change(|budgets| budgets.sync(unit, remaining, reset_at, now))
     }
 
     /// True when `name` is one of the scope's units.

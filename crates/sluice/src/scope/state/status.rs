@@ -112,7 +112,7 @@ impl Scope {
         let first = state.limit.effective();
         let (windows, units) = {
             let State { cell, budgets, .. } = &mut *state;
-            budgets.status(cell, first, now)
+            budgets.change(|budgets| budgets.status(cell, first, now))
         };
         let low_share = state.budgets.share();
         let ms = |until: Micros| (until - now).div_ceil(1_000);
