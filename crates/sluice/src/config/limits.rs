@@ -226,11 +226,6 @@ fn resolve_group(
     })
 }
 
-/// `rate` with its window widened by `margin`, at most a tenth of the window.
-pub(crate) fn with_margin(rate: Rate, margin: Duration) -> Rate {
-    rate.widened(margin)
-}
-
 /// Little's law: concurrency = arrival rate x time in system, at least 1.
 pub(crate) fn littles_law(rate: Rate, latency: Duration) -> u32 {
     // Rounded to hundredths first: a smoothed latency approaches its value

@@ -8,5 +8,5 @@ mod validate;
 
 pub use budgets::{Cost, GroupConfig, Priority, PriorityError, Settle, Spend, UnitConfig};
 pub use error::ConfigError;
-pub(crate) use limits::{GroupLimits, Limits, UnitLimits, littles_law, with_margin};
+pub(crate) use limits::{GroupLimits, Limits, UnitLimits, littles_law};
 pub use model::{CredentialConfig, Defaults, GateConfig, Reserve, ToolConfig};

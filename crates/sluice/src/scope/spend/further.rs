@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::budgets::{Ask, Budgets, Deferred, Ticket, UnitStatus, WindowStatus};
 use crate::Rate;
-use crate::config::{Priority, UnitLimits, with_margin};
+use crate::config::{Priority, UnitLimits};
 use crate::limiter::{Binding, LimiterCell, Micros, Reservation, WindowUsage};
 
 /// A unit on a scope: its windows and, for `priorities.low`, the share of them.
@@ -26,9 +26,8 @@ pub(crate) struct Further {
     /// The request windows after the first, as configured.
     pub(super) windows: Vec<Rate>,
     pub(super) units: Vec<Unit>,
-    /// The low-priority share of the request windows; boxed, as few
-    /// scopes have one and an idle scope should stay small (issue 18).
-    pub(super) low: Option<Box<LimiterCell>>,
+    /// The low-priority share of the request windows.
+    pub(super) low: Option<LimiterCell>,
     pub(super) share: Option<f64>,
 }
 
@@ -68,10 +67,7 @@ fn cells(
     margin: std::time::Duration,
     share: Option<f64>,
 ) -> (LimiterCell, Option<LimiterCell>) {
-    let widened: Vec<Rate> = rates
-        .iter()
-        .map(|rate| with_margin(*rate, margin))
-        .collect();
+    let widened: Vec<Rate> = rates.iter().map(|rate| rate.widened(margin)).collect();
     let low = share.map(|share| {
         let shares: Vec<Rate> = widened.iter().map(|rate| share_of(*rate, share)).collect();
         LimiterCell::windows(&shares, burst.map(|burst| burst_share(burst, share)))
@@ -91,8 +87,7 @@ impl Budgets {
     ) -> Self {
         let low = share
             .filter(|_| !rates.is_empty())
-            .and_then(|_| cells(rates, burst, margin, share).1)
-            .map(Box::new);
+            .and_then(|_| cells(rates, burst, margin, share).1);
         Budgets::of(Further {
             windows: rates.iter().skip(1).copied().collect(),
             units: units
@@ -128,7 +123,7 @@ impl Further {
     pub(crate) fn further(&self, margin: std::time::Duration) -> Vec<Rate> {
         self.windows
             .iter()
-            .map(|rate| with_margin(*rate, margin))
+            .map(|rate| rate.widened(margin))
             .collect()
     }
 
@@ -371,7 +366,7 @@ impl Further {
                     scope: scope.to_owned(),
                     unit: Some(name.to_string()),
                     index,
-                    rate: with_margin(*rate, margin),
+                    rate: rate.widened(margin),
                     cost: *cost,
                     low: false,
                     burst: if index == 0 { unit.burst } else { None },

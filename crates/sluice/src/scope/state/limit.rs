@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use crate::Rate;
 use crate::adapt::Aimd;
-use crate::config::with_margin;
 
 /// Where a scope's rate comes from: the lowest of what was configured, what
 /// the server stated, and what the auto controller allows.
@@ -36,7 +35,7 @@ impl Limit {
 
     /// The rate the cells enforce: the effective one, widened by the margin.
     pub(super) fn enforced(&self) -> Option<Rate> {
-        self.effective().map(|rate| with_margin(rate, self.margin))
+        self.effective().map(|rate| rate.widened(self.margin))
     }
 
     /// Burst applies to the configured rate only; learned and auto rates
