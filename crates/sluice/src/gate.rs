@@ -7,10 +7,11 @@ use rand::{RngCore, SeedableRng};
 
 use crate::call::Call;
 use crate::config::{ConfigError, Defaults, GateConfig};
-use crate::engine::Engine;
+use crate::engine::{Engine, TurnState};
 use crate::executor::Executor;
 use crate::observe::Observer;
 use crate::outcome::Outcome;
+use crate::pipeline;
 use crate::scope::ScopeStatus;
 use crate::shared::SharedBudget;
 use crate::signal::DEFAULT_SCOPE;
@@ -90,7 +91,10 @@ impl<E: Executor> Gate<E> {
 
     /// Runs one call in a turn of its own.
     pub async fn call(&self, call: Call<E::Payload>) -> Outcome {
-        self.turn().call(call).await
+        // Nothing outlives the call that would share its turn, so the
+        // turn's state lives in the call's future, not in an allocation.
+        let turn = TurnState::new(&self.engine.defaults);
+        pipeline::complete(&self.engine, &turn, call).await.outcome
     }
 
     /// Every live scope, for status pages.

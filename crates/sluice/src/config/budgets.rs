@@ -189,6 +189,18 @@ pub struct Spend {
     pub priority: Priority,
 }
 
+impl Spend {
+    /// A call's request and nothing else, at normal priority (the default).
+    pub(crate) const fn none() -> Self {
+        Spend {
+            group: None,
+            cost: BTreeMap::new(),
+            settle: BTreeMap::new(),
+            priority: Priority::Normal,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

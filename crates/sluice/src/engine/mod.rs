@@ -9,5 +9,6 @@ mod state;
 mod turn_state;
 
 pub(crate) use credential::Credential;
+pub(crate) use routing::Routed;
 pub(crate) use state::Engine;
 pub(crate) use turn_state::TurnState;

@@ -4,10 +4,21 @@ use std::sync::Arc;
 
 use super::{Credential, Engine};
 use crate::call::{Call, Route};
+use crate::config::Spend;
 use crate::limiter::Micros;
 use crate::outcome::Outcome;
 use crate::scope::Scope;
 use crate::signal::DEFAULT_SCOPE;
+
+/// What a call spends when neither it nor its tool says: its request alone.
+static NO_SPEND: Spend = Spend::none();
+
+/// A call's route, credential and spend, found once.
+pub(crate) struct Routed<'a> {
+    pub(crate) route: &'a Route,
+    pub(crate) credential: &'a Credential,
+    pub(crate) spend: &'a Spend,
+}
 
 /// Most scopes the server may create under one credential; more names are
 /// folded into the credential's own scope so headers cannot grow memory.
@@ -16,23 +27,33 @@ const MAX_REPORTED_SCOPES: usize = 32;
 const MAX_BINDINGS_PER_TOOL: usize = 8;
 
 impl<E> Engine<E> {
-    /// Where a call goes, and the credential it spends: its routed
-    /// destination, or its configured tool's. The error is the call's outcome.
-    pub(crate) fn route<P>(&self, call: &Call<P>) -> Result<(Arc<Route>, &Credential), Outcome> {
-        let route =
-            match &call.route {
-                Some(route) => route.clone(),
-                None => self.tools.get(&*call.tool).cloned().ok_or_else(|| {
-                    Outcome::error(None, format!("unknown tool {:?}", &*call.tool))
-                })?,
-            };
+    /// Where a call goes, the credential it spends and what it spends
+    /// besides its request: its routed destination, or its configured
+    /// tool's (one look-up of the tool's name). The error is the call's
+    /// outcome.
+    pub(crate) fn route<'a, P>(&'a self, call: &'a Call<P>) -> Result<Routed<'a>, Outcome> {
+        let Some(route) = &call.route else {
+            let tool = self
+                .tools
+                .get(&*call.tool)
+                .ok_or_else(|| Outcome::error(None, format!("unknown tool {:?}", &*call.tool)))?;
+            return Ok(Routed {
+                route: &tool.route,
+                credential: &tool.credential,
+                spend: call.spend.as_deref().unwrap_or(&tool.spend),
+            });
+        };
         let credential = self
             .credentials
             .get(route.credential.as_str())
             .ok_or_else(|| {
                 Outcome::error(None, format!("unknown credential {:?}", route.credential))
             })?;
-        Ok((route, credential))
+        Ok(Routed {
+            route,
+            credential,
+            spend: call.spend.as_deref().unwrap_or(&NO_SPEND),
+        })
     }
 
     /// Every scope a call of `tool` spends from: the credential's own first,

@@ -20,6 +20,15 @@ use crate::retry::full_jitter;
 use crate::scope::Registry;
 use crate::shared::SharedBudget;
 
+/// A configured tool, resolved when the gate is built.
+#[derive(Debug)]
+pub(crate) struct Tool {
+    pub(crate) route: Route,
+    /// What its calls spend besides their request (issue 14).
+    pub(crate) spend: Spend,
+    pub(crate) credential: Arc<Credential>,
+}
+
 /// A gate's state: defaults, the executor, credentials and tools, the live
 /// scopes, the jitter's RNG, the clock's origin, the observer and the
 /// shared budget. Shared by every handle ([`Gate`](crate::Gate),
@@ -27,10 +36,10 @@ use crate::shared::SharedBudget;
 pub(crate) struct Engine<E> {
     pub(crate) defaults: Defaults,
     pub(crate) executor: E,
-    pub(crate) credentials: FastMap<Arc<str>, Credential>,
-    pub(crate) tools: FastMap<Arc<str>, Arc<Route>>,
-    /// What each configured tool spends besides its request (issue 14).
-    pub(crate) spends: FastMap<Arc<str>, Arc<Spend>>,
+    pub(crate) credentials: FastMap<Arc<str>, Arc<Credential>>,
+    /// Each configured tool with its route, spend and credential, found by
+    /// one look-up of its name.
+    pub(crate) tools: FastMap<Arc<str>, Tool>,
     pub(crate) scopes: Registry,
     /// [`DEFAULT_SCOPE`](crate::signal::DEFAULT_SCOPE), once for every
     /// credential's own scope: a look-up compares it with bytes in cache.
@@ -76,26 +85,31 @@ impl<E> Engine<E> {
                 ));
             }
             let name: Arc<str> = Arc::from(name.as_str());
-            credentials.insert(name.clone(), Credential::new(name, limits, &defaults));
+            let credential = Arc::new(Credential::new(name.clone(), limits, &defaults));
+            credentials.insert(name, credential);
         }
-        let tools = config
-            .tools
-            .iter()
-            .map(|(name, tool)| {
-                let route = Route {
-                    credential: tool.credential.clone(),
-                    read: tool.read,
-                    idempotent: tool.idempotent,
-                    deadline: tool.deadline,
-                };
-                (Arc::from(name.as_str()), Arc::new(route))
-            })
-            .collect();
-        let spends = config
-            .tools
-            .iter()
-            .map(|(name, tool)| (Arc::from(name.as_str()), Arc::new(tool.spend.clone())))
-            .collect();
+        let mut tools = FastMap::default();
+        for (name, tool) in &config.tools {
+            // `validate` has checked that every tool names a credential.
+            let Some(credential) = credentials.get(tool.credential.as_str()) else {
+                return Err(ConfigError::new(
+                    format!("tools.{name}.credential"),
+                    format!("no credential named {:?}", tool.credential),
+                ));
+            };
+            let route = Route {
+                credential: tool.credential.clone(),
+                read: tool.read,
+                idempotent: tool.idempotent,
+                deadline: tool.deadline,
+            };
+            let tool = Tool {
+                route,
+                spend: tool.spend.clone(),
+                credential: Arc::clone(credential),
+            };
+            tools.insert(Arc::from(name.as_str()), tool);
+        }
         let rng = rng.unwrap_or_else(|| Box::new(StdRng::from_os_rng()));
         Ok(Engine {
             scopes: Registry::new(micros(defaults.scope_idle)),
@@ -104,7 +118,6 @@ impl<E> Engine<E> {
             executor,
             credentials,
             tools,
-            spends,
             rng: Mutex::new(rng),
             origin: crate::clock::now(),
             ticks: EngineClock::origin(),
@@ -134,11 +147,12 @@ impl<E> Engine<E> {
     /// never further off than a deadline, so the fallback (a deadline's
     /// length from now) is only there so that no value can overflow.
     pub(crate) fn instant(&self, at: Micros) -> Instant {
-        let now = crate::clock::now();
         self.origin
             .checked_add(Duration::from_micros(at))
-            .or_else(|| now.checked_add(Deadline::MAX_LEN))
-            .unwrap_or(now)
+            .unwrap_or_else(|| {
+                let now = crate::clock::now();
+                now.checked_add(Deadline::MAX_LEN).unwrap_or(now)
+            })
     }
 
     /// True when an observer is told of events (so an event's own cost,

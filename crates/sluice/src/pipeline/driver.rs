@@ -12,9 +12,9 @@ use super::{classify, holds, learn, price, reserve};
 use crate::call::{Call, Completion};
 use crate::config::Priority;
 use crate::deadline::Deadline;
-use crate::engine::{Engine, TurnState};
+use crate::engine::{Engine, Routed, TurnState};
 use crate::executor::{Executor, Payload, Request, Streaming};
-use crate::limiter::Micros;
+use crate::limiter::{Micros, micros};
 use crate::observe::{Event, WaitKind};
 use crate::outcome::{Outcome, Reason};
 use crate::scope::{AdmittedNow, Permit, Scope};
@@ -28,7 +28,11 @@ pub(crate) async fn complete<E: Executor>(
     // The call's one reading of the clock: every step until the send reads
     // it from here, and reads again only after an await that waited.
     let started = crate::clock::now();
-    let (route, credential) = match engine.route(&call) {
+    let Routed {
+        route,
+        credential,
+        spend,
+    } = match engine.route(&call) {
         Ok(found) => found,
         Err(outcome) => return finish(engine, &call, "", None, outcome.into(), started),
     };
@@ -51,8 +55,7 @@ pub(crate) async fn complete<E: Executor>(
             );
         }
     };
-    let spend = price::spend_of(&engine.spends, &call);
-    let ask = match price::ask(&spend, &call) {
+    let ask = match price::ask(spend, &call) {
         Ok(ask) => ask,
         Err(outcome) => {
             let scope = engine.decided_on(credential, &outcome, None);
@@ -66,11 +69,14 @@ pub(crate) async fn complete<E: Executor>(
             );
         }
     };
+    // The call's reading in engine microseconds: what every step compares.
+    let now = engine.micros_at(started);
     let job = Job {
         call: &call,
-        route: &route,
+        route,
         credential,
         deadline,
+        ends: now.saturating_add(crate::limiter::micros(deadline.len())),
         spend,
         ask,
     };
@@ -92,7 +98,13 @@ pub(crate) async fn complete<E: Executor>(
         let shared = key.is_some();
         let (slot, job) = (&mut primary, &job);
         let run = move |at| async move {
-            let (completion, scope) = execute(engine, turn, job, shared, at).await;
+            // A flight that took over from a cancelled one read the clock again.
+            let now = if at == started {
+                now
+            } else {
+                engine.micros_at(at)
+            };
+            let (completion, scope) = execute(engine, turn, job, shared, (at, now)).await;
             *slot = Some(scope);
             completion
         };
@@ -127,9 +139,8 @@ async fn execute<E: Executor>(
     turn: &TurnState,
     job: &Job<'_, E::Payload>,
     shared: bool,
-    at: Instant,
+    (at, now): (Instant, Micros),
 ) -> (Completion, Arc<Scope>) {
-    let now = engine.micros_at(at);
     let primary = engine.primary(job.credential, now);
     let completion = attempts(engine, turn, job, shared, &primary, (at, now)).await;
     (completion, primary)
@@ -154,7 +165,7 @@ async fn attempts<E: Executor>(
     // Step 2: scope state.
     let group = job.spend.group.as_deref();
     let mut scopes = engine.scopes_of(credential, primary, &job.call.tool, group, now);
-    if let Some(outcome) = holds::held(&scopes, job, engine.defaults.inline_wait, now, at) {
+    if let Some(outcome) = holds::held(&scopes, job, engine.defaults.inline_wait, now) {
         if !shadow {
             return outcome.into();
         }
@@ -227,7 +238,7 @@ async fn attempts<E: Executor>(
 
         // Step 6: send with the remaining deadline, at the time the start
         // holds (the call's reading, unless the reservation waited).
-        let (sent_at, sent) = start.at();
+        let sent = start.at().1;
         let spent = start.commit();
         recorder.sent();
         primary.on_send(sent);
@@ -242,7 +253,7 @@ async fn attempts<E: Executor>(
             credential: credential.name.clone(),
             payload: job.call.payload.clone(),
             attempt,
-            timeout: job.deadline.remaining(sent_at),
+            timeout: Duration::from_micros(job.remaining(sent)),
         };
         let result = {
             let _in_flight = primary.start_request();
@@ -250,8 +261,8 @@ async fn attempts<E: Executor>(
             tokio::time::timeout_at(job.deadline.at(), engine.executor.execute(request)).await
         };
         // The second reading a call needs: when its answer came.
-        let received = crate::clock::now();
-        let latency = received.saturating_duration_since(sent_at);
+        let received = engine.now();
+        let latency = Duration::from_micros(received.saturating_sub(sent));
 
         // Step 7: learn from whatever came back.
         let failed = match result {
@@ -299,16 +310,12 @@ async fn attempts<E: Executor>(
         if !may_retry || attempt >= engine.defaults.max_attempts {
             return classify::give_up(engine, failed, None);
         }
-        if !credential
-            .retry
-            .lock()
-            .try_retry(engine.micros_at(received))
-        {
+        if !credential.retry.lock().try_retry(received) {
             return classify::give_up(engine, failed, Some(Reason::Budget));
         }
         if !failed.server_wait {
             let backoff = engine.backoff(attempt);
-            if backoff >= job.deadline.remaining(received) {
+            if micros(backoff) >= job.remaining(received) {
                 return classify::give_up(engine, failed, None);
             }
             observe_backoff(engine, job, primary, attempt, backoff);

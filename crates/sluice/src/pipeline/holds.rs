@@ -3,24 +3,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::job::Job;
 use crate::limiter::Micros;
 use crate::outcome::{Outcome, Reason};
 use crate::scope::Scope;
 
 /// A spent quota answers at once; so does a server block that is longer
-/// than the inline threshold or than the call has left. `now` and `at` are
-/// one reading of the clock.
+/// than the inline threshold or than the call has left at `now`.
 pub(super) fn held<P>(
     scopes: &[Arc<Scope>],
     job: &Job<'_, P>,
     inline_wait: Duration,
     now: Micros,
-    at: Instant,
 ) -> Option<Outcome> {
-    let remaining = job.deadline.remaining(at);
+    let remaining = Duration::from_micros(job.remaining(now));
     for scope in scopes {
         if let Some(outcome) = quota(scope, now) {
             return Some(outcome);

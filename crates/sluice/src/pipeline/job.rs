@@ -1,11 +1,10 @@
 //! One call's fixed facts, resolved once before any step runs.
 
-use std::sync::Arc;
-
 use crate::call::{Call, Route};
 use crate::config::Spend;
 use crate::deadline::Deadline;
 use crate::engine::Credential;
+use crate::limiter::Micros;
 use crate::scope::Ask;
 
 /// A call with its route, its credential, its deadline, and what it spends.
@@ -14,8 +13,19 @@ pub(super) struct Job<'a, P> {
     pub(super) route: &'a Route,
     pub(super) credential: &'a Credential,
     pub(super) deadline: Deadline,
+    /// When the deadline runs out, in engine microseconds (never after
+    /// the deadline's instant): what steps compare with their reading of
+    /// the clock, with no instant arithmetic.
+    pub(super) ends: Micros,
     /// Its tool's group, costs and settles (empty for a plain call).
-    pub(super) spend: Arc<Spend>,
+    pub(super) spend: &'a Spend,
     /// Its priority and priced costs.
     pub(super) ask: Ask,
+}
+
+impl<P> Job<'_, P> {
+    /// Microseconds left of the deadline at `now`; zero once it has passed.
+    pub(super) fn remaining(&self, now: Micros) -> Micros {
+        self.ends.saturating_sub(now)
+    }
 }

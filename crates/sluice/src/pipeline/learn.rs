@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use tokio::time::Instant;
 
 use super::job::Job;
 use super::reserve::Spent;
@@ -30,14 +29,14 @@ pub(super) struct Learned {
 }
 
 /// Learns from a response to a request started at `sent` that arrived at
-/// `received`, `latency` after it was sent.
+/// `now`, `latency` after it was sent.
 pub(super) fn response<E, P>(
     engine: &Engine<E>,
     job: &Job<'_, P>,
     primary: &Arc<Scope>,
     response: &http::Response<Bytes>,
     sent: Micros,
-    received: Instant,
+    now: Micros,
     latency: Duration,
 ) -> Learned {
     if let Some(cap) = primary.record_latency(latency) {
@@ -56,7 +55,6 @@ pub(super) fn response<E, P>(
     // The wall clock is read only for a response with a time to measure.
     let signal =
         signal::read_with_body_at(response.status(), response.headers(), body, SystemTime::now);
-    let now = engine.micros_at(received);
     let blamed = sync(engine, job, primary, &signal, now);
     crowding(primary, &signal);
     // Too many in flight is not too fast: the rate controller is not told.

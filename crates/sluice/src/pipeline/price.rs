@@ -9,17 +9,6 @@ use crate::executor::Payload;
 use crate::outcome::Outcome;
 use crate::scope::Ask;
 
-/// The spend of `call`: its own (a routed call's), else its tool's, else none.
-pub(super) fn spend_of<P>(
-    spends: &crate::hash::FastMap<Arc<str>, Arc<Spend>>,
-    call: &Call<P>,
-) -> Arc<Spend> {
-    call.spend
-        .clone()
-        .or_else(|| spends.get(&*call.tool).cloned())
-        .unwrap_or_default()
-}
-
 /// Prices a call: its priority (the call's, else its tool's) and each
 /// unit's cost. A cost read from an argument must be a non-negative whole
 /// number; otherwise the call fails, naming the argument, before anything

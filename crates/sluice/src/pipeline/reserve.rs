@@ -173,21 +173,21 @@ pub(super) async fn start<'a, E: Executor>(
     // Every wait below counts against one inline budget: a call whose
     // reservations penalties keep voiding re-reserves, and stays below
     // the model's view, until it has waited `inline_wait` in all.
-    let began = at;
+    let began = now;
     // One clock read per round where nothing awaited in between.
     let (mut at, mut now) = (at, now);
     for _ in 0..MAX_REVOKED {
         if let Some(outcome) = holds::quota_spent(scopes, now) {
             return Err(outcome);
         }
-        let remaining = micros(job.deadline.remaining(at));
+        let remaining = job.remaining(now);
         if remaining == 0 {
             return Err(Outcome::timed_out(job.deadline.len(), false));
         }
         // Never start a wait the deadline cannot pay for: the start must
         // come strictly before the deadline.
-        let inline_left = micros(engine.defaults.inline_wait)
-            .saturating_sub(micros(at.saturating_duration_since(began)));
+        let inline_left =
+            micros(engine.defaults.inline_wait).saturating_sub(now.saturating_sub(began));
         let max_wait = inline_left.min(remaining - 1);
         let latest = now.saturating_add(max_wait);
         let budget = engine.shared_for(job.credential);
@@ -381,7 +381,7 @@ pub(super) fn shadow_start<'a, E: Executor>(
         recorder.refuse(primary, ShadowDecision::Defer, next_slot(engine, primary));
         TurnRequest { turn: None }
     });
-    let remaining = micros(job.deadline.remaining(at));
+    let remaining = job.remaining(now);
     if remaining == 0 {
         return Err(Outcome::timed_out(job.deadline.len(), false));
     }
