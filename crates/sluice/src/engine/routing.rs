@@ -7,7 +7,7 @@ use crate::call::{Call, Route};
 use crate::config::Spend;
 use crate::limiter::Micros;
 use crate::outcome::Outcome;
-use crate::scope::Scope;
+use crate::scope::{Scope, Scopes};
 use crate::signal::DEFAULT_SCOPE;
 
 /// What a call spends when neither it nor its tool says: its request alone.
@@ -65,8 +65,9 @@ impl<E> Engine<E> {
         tool: &str,
         group: Option<&str>,
         now: Micros,
-    ) -> Vec<Arc<Scope>> {
-        let mut scopes = vec![primary.clone()];
+    ) -> Scopes {
+        let mut scopes = Scopes::new();
+        scopes.push(primary.clone());
         if let Some(group) = group.and_then(|name| self.group(credential, name, now)) {
             scopes.push(group);
         }

@@ -241,7 +241,6 @@ async fn attempts<E: Executor>(
         let sent = start.at().1;
         let spent = start.commit();
         recorder.sent();
-        primary.on_send(sent);
         for scope in &scopes {
             scope.record_start(sent);
         }

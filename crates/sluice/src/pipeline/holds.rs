@@ -18,10 +18,11 @@ pub(super) fn held<P>(
 ) -> Option<Outcome> {
     let remaining = Duration::from_micros(job.remaining(now));
     for scope in scopes {
-        if let Some(outcome) = quota(scope, now) {
-            return Some(outcome);
+        let (quota, blocked) = scope.holds(now);
+        if let Some(until) = quota {
+            return Some(quota_exhausted(scope, until, now));
         }
-        if let Some(until) = scope.blocked_until(now) {
+        if let Some(until) = blocked {
             let wait = Duration::from_micros(until - now);
             if wait > inline_wait || wait >= remaining {
                 tracing::debug!(scope = %scope.name, wait_ms = wait.as_millis() as u64, "scope blocked by the server");
@@ -46,5 +47,10 @@ pub(super) fn quota_spent(scopes: &[Arc<Scope>], now: Micros) -> Option<Outcome>
 fn quota(scope: &Scope, now: Micros) -> Option<Outcome> {
     scope
         .quota_until(now)
-        .map(|until| Outcome::quota_exhausted(&scope.name, Duration::from_micros(until - now)))
+        .map(|until| quota_exhausted(scope, until, now))
+}
+
+/// `quota_exhausted` on `scope` until `until`.
+fn quota_exhausted(scope: &Scope, until: Micros, now: Micros) -> Outcome {
+    Outcome::quota_exhausted(&scope.name, Duration::from_micros(until - now))
 }

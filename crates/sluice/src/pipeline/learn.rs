@@ -39,9 +39,6 @@ pub(super) fn response<E, P>(
     now: Micros,
     latency: Duration,
 ) -> Learned {
-    if let Some(cap) = primary.record_latency(latency) {
-        tracing::debug!(scope = %primary.name, cap, latency_ms = latency.as_millis() as u64, "concurrency cap follows rate x latency");
-    }
     // The fast path: a body that cannot matter is not looked at.
     let body: &[u8] = if signal::wants_body(
         response.status(),
@@ -59,7 +56,7 @@ pub(super) fn response<E, P>(
     crowding(primary, &signal);
     // Too many in flight is not too fast: the rate controller is not told.
     let rate_rejection = signal.throttled && !signal.concurrency;
-    let adapted = primary.on_response(sent, now, rate_rejection);
+    let adapted = primary.on_answer(latency, sent, now, rate_rejection);
     log_adapted(primary, &adapted, "auto");
     if adapted.ramped && job.credential.outranks {
         // The calls sleeping on starts reserved under the slower rate give

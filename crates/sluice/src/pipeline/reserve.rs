@@ -20,7 +20,7 @@ use crate::executor::Executor;
 use crate::limiter::{Micros, micros};
 use crate::observe::{Event, ShadowDecision, WaitKind};
 use crate::outcome::{Outcome, Reason};
-use crate::scope::{Deferred, GrantHome, Holding, Scope, Seats, Ticket};
+use crate::scope::{Deferred, GrantHome, Holding, Scope, Seats, Slots, Ticket};
 use crate::seats::{Seated, Stood};
 use crate::shared::{
     Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
@@ -105,7 +105,7 @@ impl Drop for TurnRequest<'_> {
 
 /// Slots held on each of a call's scopes, all for one start.
 struct Local {
-    held: Vec<(Arc<Scope>, Ticket)>,
+    held: Slots,
 }
 
 impl Local {
@@ -336,7 +336,9 @@ pub(super) async fn start<'a, E: Executor>(
             }
             waited = true;
         }
-        if local.is_current() {
+        // Only an await lets a penalty void the slots: a start taken at
+        // once goes as it is (a penalty now is one a microsecond later).
+        if !(waited || shared.is_some()) || local.is_current() {
             if waited {
                 (at, now) = engine.clock();
             }
@@ -406,7 +408,7 @@ pub(super) fn shadow_start<'a, E: Executor>(
         Err((scope, deferred)) => {
             let wait = Duration::from_micros(deferred.until.saturating_sub(now));
             recorder.refuse(&scope, ShadowDecision::Defer, wait);
-            Local { held: Vec::new() }
+            Local { held: Slots::new() }
         }
     };
     Ok(Start {
@@ -682,13 +684,13 @@ fn reserve_all<P>(
     job: &Job<'_, P>,
 ) -> Result<Local, (Arc<Scope>, Deferred)> {
     let Some(first) = scopes.first() else {
-        return Ok(Local { held: Vec::new() });
+        return Ok(Local { held: Slots::new() });
     };
     let mut latest = first.clone();
     let mut not_before = not_before.max(now);
     for _ in 0..4 {
         let mut taken = Local {
-            held: Vec::with_capacity(scopes.len()),
+            held: Slots::with_capacity(scopes.len()),
         };
         for scope in scopes {
             let ticket = scope

@@ -15,7 +15,7 @@ pub(crate) use admission::AdmittedNow;
 pub(crate) use admission::Permit;
 pub use drain::drain_estimate;
 pub(crate) use registry::Registry;
-pub(crate) use seats::{GrantHome, Holding, Seats};
+pub(crate) use seats::{GrantHome, Holding, Scopes, Seats, Slots};
 pub use shadow::ShadowStatus;
 pub(crate) use spend::{Ask, Deferred, Ticket};
 pub use spend::{UnitStatus, WindowStatus};

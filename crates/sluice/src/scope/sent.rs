@@ -27,9 +27,14 @@ impl SentLog {
     /// Logs a start at `at`, forgetting what no window of length `window`
     /// ending in the last minute can see any more.
     pub(crate) fn record(&mut self, at: Micros, window: Micros) {
-        // Starts are logged as they are sent, nearly in order.
-        let index = self.starts.partition_point(|&start| start <= at);
-        self.starts.insert(index, at);
+        // Starts are logged as they are sent, nearly in order: most go
+        // at the end.
+        if self.starts.back().is_none_or(|&last| last <= at) {
+            self.starts.push_back(at);
+        } else {
+            let index = self.starts.partition_point(|&start| start <= at);
+            self.starts.insert(index, at);
+        }
         self.prune(at, window);
         while self.starts.len() > MAX_LOGGED {
             self.starts.pop_front();

@@ -78,6 +78,11 @@ impl Ticket {
         self.requests.start()
     }
 
+    /// True when the ticket charged a cost in some unit.
+    pub(crate) fn charges_units(&self) -> bool {
+        !self.units.is_empty()
+    }
+
     /// True when `other` charges exactly what this ticket charges, in the
     /// same cells: the same requests, the same share (or none), the same
     /// cost in each unit. Two such tickets of a scope can change hands

@@ -46,20 +46,25 @@ impl Scope {
         }
     }
 
-    /// A request starts: the `rate = "auto"` controller counts what it sends.
-    pub(crate) fn on_send(&self, started: Micros) {
-        if let Some(aimd) = &mut self.state().limit.auto {
-            aimd.on_send(started);
-        }
-    }
-
-    /// A response to a request started at `started` arrived: feeds the
-    /// `rate = "auto"` controller.
+    /// A response to a request started at `started` arrived at `now`,
+    /// `latency` after it was sent: the smoothed latency takes it in, and
+    /// the `rate = "auto"` controller is fed (one lock for both); with
+    /// `max_in_flight = "auto"` the cap follows.
     /// True in the returned [`Adapted`]'s `ramped` when the controller,
     /// still in slow start, raised the rate in force: the starts reserved
     /// under the slower rate are then later than they need be.
-    pub(crate) fn on_response(&self, started: Micros, now: Micros, throttled: bool) -> Adapted {
+    pub(crate) fn on_answer(
+        &self,
+        latency: Duration,
+        started: Micros,
+        now: Micros,
+        throttled: bool,
+    ) -> Adapted {
         let mut state = self.state();
+        let blended = state.latency as f64 * (1.0 - LATENCY_ALPHA)
+            + latency.as_micros() as f64 * LATENCY_ALPHA;
+        // A cast from a float saturates: no latency can panic here.
+        state.latency = blended.round() as Micros;
         let before = state.limit.effective();
         let (changed, slow_start) = match &mut state.limit.auto {
             Some(aimd) => {
@@ -80,21 +85,9 @@ impl Scope {
         Adapted {
             ramped: slow_start && rate.as_ref().is_some_and(raised),
             rate,
-            cap: rate.and_then(|_| self.adjust_cap()),
+            // The latency moved, and maybe the rate: the cap follows both.
+            cap: self.adjust_cap(),
         }
-    }
-
-    /// Records a response's latency; with `max_in_flight = "auto"` the cap
-    /// follows. Returns the new cap when it moved.
-    pub(crate) fn record_latency(&self, latency: Duration) -> Option<u32> {
-        {
-            let mut state = self.state();
-            let blended = state.latency as f64 * (1.0 - LATENCY_ALPHA)
-                + latency.as_micros() as f64 * LATENCY_ALPHA;
-            // A cast from a float saturates: no latency can panic here.
-            state.latency = blended.round() as Micros;
-        }
-        self.adjust_cap()
     }
 
     /// Little's law: the cap follows the rate in force times the smoothed

@@ -10,8 +10,12 @@ impl Scope {
     /// Counts a request in flight until the guard drops.
     pub(crate) fn start_request(&self) -> InFlight<'_> {
         let now_in_flight = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak_in_flight
-            .fetch_max(now_in_flight, Ordering::SeqCst);
+        // A read first: the peak is rarely passed, and a locked
+        // read-modify-write on every request is not free.
+        if now_in_flight > self.peak_in_flight.load(Ordering::Relaxed) {
+            self.peak_in_flight
+                .fetch_max(now_in_flight, Ordering::SeqCst);
+        }
         InFlight(&self.in_flight)
     }
 

@@ -296,7 +296,12 @@ impl Scope {
     }
 
     pub(crate) fn touch(&self, now: Micros) {
-        self.last_used.fetch_max(now, Ordering::Relaxed);
+        // Calls on one scope come in nearly in order: most find it already
+        // at or past their time, and a read costs less than a locked
+        // read-modify-write.
+        if now > self.last_used.load(Ordering::Relaxed) {
+            self.last_used.fetch_max(now, Ordering::Relaxed);
+        }
     }
 
     /// Whether this is the scope `name` of `credential`.
@@ -387,6 +392,14 @@ impl Scope {
         (state.quota_until > now).then_some(state.quota_until)
     }
 
+    /// What holds the scope at `now`, read under one lock: when a spent
+    /// quota resets, and when the server's block ends.
+    pub(crate) fn holds(&self, now: Micros) -> (Option<Micros>, Option<Micros>) {
+        let state = self.state();
+        let quota = (state.quota_until > now).then_some(state.quota_until);
+        (quota, state.cell.blocked_until(now))
+    }
+
     /// When the server's block ends, if it blocks the scope at `now`.
     pub(crate) fn blocked_until(&self, now: Micros) -> Option<Micros> {
         self.state().cell.blocked_until(now)
@@ -463,11 +476,18 @@ impl Scope {
 
     /// Why `ask` can never be granted on this scope, if it cannot.
     pub(crate) fn never_fits(&self, ask: &Ask) -> Option<String> {
+        if ask.costs.is_empty() {
+            // Only a cost can outgrow a window.
+            return None;
+        }
         self.state().budgets.never_fits(ask)
     }
 
     /// What `ticket` charged in each unit.
     pub(crate) fn costs_of(&self, ticket: &Ticket) -> Vec<(Arc<str>, u64)> {
+        if !ticket.charges_units() {
+            return Vec::new();
+        }
         ticket.costs(&self.state().budgets)
     }
 

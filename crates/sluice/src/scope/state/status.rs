@@ -87,8 +87,13 @@ pub struct ScopeStatus {
 impl Scope {
     /// A request on this scope was sent at `at`: logged for the
     /// rolling-window view.
+    /// A request starts at `at`: the sent log records it, and the
+    /// `rate = "auto"` controller counts it (one lock for both).
     pub(crate) fn record_start(&self, at: Micros) {
         let mut state = self.state();
+        if let Some(aimd) = &mut state.limit.auto {
+            aimd.on_send(at);
+        }
         let window = sent_window(&state.limit);
         state.sent.record(at, window);
     }
