@@ -67,7 +67,7 @@ pub(super) fn response<E, P>(
     Learned { signal, blamed }
 }
 
-/// A concurrency rejection lowers the credential's cap (the semaphore is
+/// A concurrency rejection lowers the credential's cap (the permits are
 /// the primary scope's); an accepted request lets a lowered cap recover.
 fn crowding(primary: &Scope, signal: &Signal) {
     if signal.concurrency {

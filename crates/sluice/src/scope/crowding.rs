@@ -2,7 +2,7 @@
 //!
 //! A concurrency rejection says that more requests were in flight than the
 //! server takes, not that they came too fast: the answer is fewer at once
-//! (a lower cap on the scope's semaphore), not a rate penalty. The cap goes
+//! (a lower cap on the scope's permits), not a rate penalty. The cap goes
 //! to one below what was in flight, and climbs back by one each time as
 //! many requests as the cap succeed in a row (additive increase, as TCP's
 //! congestion avoidance adds one segment per round trip), up to the

@@ -1,5 +1,5 @@
 //! Scopes: one bucket per (credential, scope name), with its limiter cell,
-//! concurrency semaphore, bounded admission queue and statistics.
+//! concurrency permits, bounded admission queue and statistics.
 
 mod admission;
 mod crowding;

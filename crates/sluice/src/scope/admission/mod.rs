@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::Priority;
@@ -19,15 +19,19 @@ pub(crate) use permit::{AdmittedNow, Permit, Queued};
 use waiters::{Look, Waiters};
 
 /// Admission for one scope: `cap` permits, and at most `queue` calls waiting.
+///
+/// The permits are a count, not a semaphore: a permit is free while fewer
+/// than the cap are out. Lowering the cap takes nothing back; permits come
+/// back as their calls end, and none is handed out until the count is
+/// under the new cap. An uncontended call is one compare-and-swap to take
+/// its permit and one subtraction to give it back (issue 18: tokio's
+/// semaphore cost a lock on every return, and 40 bytes in every scope).
 #[derive(Debug)]
 pub(crate) struct Admission {
-    semaphore: Semaphore,
     /// The concurrency cap in force.
     cap: AtomicU32,
-    /// Permits to take out of circulation as they come back, after the cap
-    /// was lowered while they were out.
-    debt: AtomicU32,
-    /// Permits out now.
+    /// Permits out now. Above the cap while a lowered cap waits for
+    /// permits to come back.
     out: AtomicU32,
     queue: u32,
     /// Callers in the queue now. This count and `out` stay near 32-bit
@@ -35,8 +39,17 @@ pub(crate) struct Admission {
     /// an idle scope stays small (issue 18).
     queued: AtomicU32,
     /// The callers waiting, made on the first that has to: an uncontended
-    /// scope never pays for the queue's maps (issue 18).
-    waiters: OnceLock<Box<Mutex<Waiters>>>,
+    /// scope never pays for the queue (issue 18).
+    waiters: OnceLock<Box<Queue>>,
+}
+
+/// The waiting callers, and the wake-up of the one contending for the
+/// next permit.
+#[derive(Debug, Default)]
+struct Queue {
+    waiters: Mutex<Waiters>,
+    /// Told when a permit comes back or the cap rises while callers wait.
+    freed: Notify,
 }
 
 /// Why a call could not be admitted.
@@ -46,16 +59,12 @@ pub(crate) enum Refused {
     Shed { running: usize },
     /// No permit came before the deadline.
     TimedOut,
-    /// The semaphore was closed.
-    Closed,
 }
 
 impl Admission {
     pub(crate) fn new(cap: u32, queue: u32) -> Self {
         Admission {
-            semaphore: Semaphore::new(cap as usize),
             cap: AtomicU32::new(cap),
-            debt: AtomicU32::new(0),
             out: AtomicU32::new(0),
             queue,
             queued: AtomicU32::new(0),
@@ -63,9 +72,14 @@ impl Admission {
         }
     }
 
+    /// The queue, made on first need.
+    fn queue_state(&self) -> &Queue {
+        self.waiters.get_or_init(Box::default)
+    }
+
     /// The waiting callers, made on first need.
     fn waiters(&self) -> MutexGuard<'_, Waiters> {
-        self.waiters.get_or_init(Box::default).lock()
+        self.queue_state().waiters.lock()
     }
 
     pub(crate) fn cap(&self) -> u32 {
@@ -85,11 +99,41 @@ impl Admission {
         self.out.load(Ordering::SeqCst) as usize
     }
 
-    fn granted<'a>(&'a self, permit: SemaphorePermit<'a>) -> Permit<'a> {
-        self.out.fetch_add(1, Ordering::SeqCst);
-        Permit {
-            permit: Some(permit),
-            admission: self,
+    /// A permit, if fewer than the cap are out; waiters are not asked.
+    fn take(&self) -> Option<Permit<'_>> {
+        self.out
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |out| {
+                (out < self.cap.load(Ordering::SeqCst)).then_some(out + 1)
+            })
+            .ok()
+            .map(|_| Permit { admission: self })
+    }
+
+    /// A permit comes back: the caller contending for the next one, if
+    /// anyone waits, is told. A wake-up that finds nobody waiting is kept
+    /// for the next to wait (`Notify::notify_one`), so none is lost
+    /// between a contender's failed take and its wait.
+    pub(super) fn release(&self) {
+        self.out.fetch_sub(1, Ordering::SeqCst);
+        self.wake_contender();
+    }
+
+    fn wake_contender(&self) {
+        if self.queued.load(Ordering::SeqCst) > 0
+            && let Some(queue) = self.waiters.get()
+        {
+            queue.freed.notify_one();
+        }
+    }
+
+    /// Waits until a permit is free, and takes it.
+    async fn contend(&self) -> Permit<'_> {
+        let freed = &self.queue_state().freed;
+        loop {
+            if let Some(permit) = self.take() {
+                return permit;
+            }
+            freed.notified().await;
         }
     }
 
@@ -111,11 +155,16 @@ impl Admission {
     /// A free permit at once, unless others wait for one: the start of
     /// [`Admission::admit_as`], which never waits.
     pub(crate) fn try_admit(&self) -> Option<Permit<'_>> {
-        if self.waiters.get().is_some_and(|w| !w.lock().is_empty()) {
+        // The queue is looked at only while someone is counted in it.
+        if self.queued.load(Ordering::SeqCst) > 0
+            && self
+                .waiters
+                .get()
+                .is_some_and(|queue| !queue.waiters.lock().is_empty())
+        {
             return None;
         }
-        let permit = self.semaphore.try_acquire().ok()?;
-        Some(self.granted(permit))
+        self.take()
     }
 
     /// [`Admission::admit`] for a call of `priority`: waiting callers are
@@ -168,11 +217,10 @@ impl Admission {
             }
             Ok(true) => {}
         }
-        let acquired = tokio::time::timeout_at(deadline.at(), self.semaphore.acquire()).await;
+        let acquired = tokio::time::timeout_at(deadline.at(), self.contend()).await;
         drop(place);
         match acquired {
-            Ok(Ok(permit)) => Ok(self.granted(permit)),
-            Ok(Err(_closed)) => Err((Refused::Closed, drain)),
+            Ok(permit) => Ok(permit),
             Err(_elapsed) => Err((Refused::TimedOut, drain)),
         }
     }
@@ -189,8 +237,8 @@ impl Admission {
         now: Instant,
         estimate: impl FnOnce(usize) -> Duration,
     ) -> Result<Result<Permit<'_>, (Queued<'_>, Duration)>, Duration> {
-        if let Ok(permit) = self.semaphore.try_acquire() {
-            return Ok(Ok(self.granted(permit)));
+        if let Some(permit) = self.take() {
+            return Ok(Ok(permit));
         }
         let ahead = self.queued.fetch_add(1, Ordering::SeqCst) as usize;
         let slot = QueueSlot(&self.queued);
@@ -201,48 +249,31 @@ impl Admission {
         Ok(Err((Queued { _slot: slot }, drain)))
     }
 
-    /// Moves the cap. Raising it pays off any debt first, then adds permits;
-    /// lowering it removes idle permits now and the rest as they come back.
+    /// Moves the cap. Raising it frees permits for waiting callers at
+    /// once; lowering it takes effect as permits come back.
     pub(crate) fn set_cap(&self, cap: u32) {
         let cap = cap.max(1);
         let old = self.cap.swap(cap, Ordering::SeqCst);
         if cap > old {
-            let mut more = cap - old;
-            let _ = self
-                .debt
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |debt| {
-                    let paid = debt.min(more);
-                    more -= paid;
-                    Some(debt - paid)
-                });
-            self.semaphore.add_permits(more as usize);
-        } else if cap < old {
-            let fewer = old - cap;
-            let removed =
-                u32::try_from(self.semaphore.forget_permits(fewer as usize)).unwrap_or(fewer);
-            self.debt
-                .fetch_add(fewer - removed.min(fewer), Ordering::SeqCst);
+            self.wake_contender();
         }
     }
 
     /// Gives back a permit that [`Permit::detach`] kept out, as its drop
-    /// would have: to the semaphore, unless the cap was lowered meanwhile.
+    /// would have.
     pub(crate) fn release_detached(&self) {
-        self.out.fetch_sub(1, Ordering::SeqCst);
-        let owed = self
-            .debt
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |debt| {
-                debt.checked_sub(1)
-            })
-            .is_ok();
-        if !owed {
-            self.semaphore.add_permits(1);
-        }
+        self.release();
     }
 
     /// True when no call holds or waits for a permit.
     pub(crate) fn is_idle(&self) -> bool {
         self.running() == 0 && self.queued() == 0
+    }
+
+    /// Permits free now (the tests'): the cap less those out.
+    #[cfg(test)]
+    fn available(&self) -> u32 {
+        self.cap().saturating_sub(self.out.load(Ordering::SeqCst))
     }
 }
 
@@ -268,11 +299,11 @@ mod tests {
         admission.set_cap(1);
         // One idle permit left at once; two are out, one of which is owed.
         drop(a);
-        assert_eq!(admission.semaphore.available_permits(), 0);
+        assert_eq!(admission.available(), 0);
         drop(b);
-        assert_eq!(admission.semaphore.available_permits(), 1);
+        assert_eq!(admission.available(), 1);
         admission.set_cap(4);
-        assert_eq!(admission.semaphore.available_permits(), 4);
+        assert_eq!(admission.available(), 4);
         assert_eq!(admission.cap(), 4);
     }
 
@@ -290,7 +321,7 @@ mod tests {
         admission.set_cap(1);
         admission.set_cap(2);
         drop((a, b));
-        assert_eq!(admission.semaphore.available_permits(), 2);
+        assert_eq!(admission.available(), 2);
     }
 
     /// Issue 14: waiting callers are served highest priority first, in

@@ -3,31 +3,18 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::sync::SemaphorePermit;
-
 use super::Admission;
 
-/// A permit to have a request in flight. Dropping it returns it, unless the
-/// cap was lowered meanwhile: then it leaves circulation.
+/// A permit to have a request in flight. Dropping it returns it (a
+/// lowered cap counts it as it comes back).
 #[derive(Debug)]
 pub(crate) struct Permit<'a> {
-    pub(super) permit: Option<SemaphorePermit<'a>>,
     pub(super) admission: &'a Admission,
 }
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        self.admission.out.fetch_sub(1, Ordering::SeqCst);
-        let owed = self
-            .admission
-            .debt
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |debt| {
-                debt.checked_sub(1)
-            })
-            .is_ok();
-        if owed && let Some(permit) = self.permit.take() {
-            permit.forget();
-        }
+        self.admission.release();
     }
 }
 
@@ -63,10 +50,7 @@ impl<'a> AdmittedNow<'a> {
 impl Permit<'_> {
     /// Keeps the permit out past this borrow, for a call whose body is still
     /// streaming: [`Admission::release_detached`] gives it back later.
-    pub(crate) fn detach(mut self) {
-        if let Some(permit) = self.permit.take() {
-            permit.forget();
-        }
+    pub(crate) fn detach(self) {
         // Its drop would give the permit back now.
         std::mem::forget(self);
     }

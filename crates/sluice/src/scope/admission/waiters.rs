@@ -10,15 +10,15 @@ use super::Admission;
 use crate::config::Priority;
 
 /// The calls waiting for a permit, highest priority first, then in order
-/// of arrival. Only the head waits on the semaphore, so a permit that
-/// comes back goes to the most urgent caller.
+/// of arrival. Only the head contends for a permit that comes back, so it
+/// goes to the most urgent caller.
 #[derive(Debug, Default)]
 pub(super) struct Waiters {
     next: u64,
     /// Each waiter's wake-up: only the head is woken when it may go.
     queue: BTreeMap<(Reverse<Priority>, u64), Arc<Notify>>,
-    /// A caller left the queue and waits on the semaphore for the next
-    /// permit: nobody else may until it has it.
+    /// A caller left the queue and contends for the next permit: nobody
+    /// else may until it has it.
     contender: bool,
     /// Waiters a more urgent arrival pushed out of a full queue: each is
     /// shed when it next looks.

@@ -340,7 +340,6 @@ impl Scope {
                 Some(running),
             )),
             Err((Refused::TimedOut, _)) => Err(Outcome::timed_out(deadline.len(), false)),
-            Err((Refused::Closed, _)) => Err(Outcome::error(None, "the scope was shut down")),
         }
     }
 
