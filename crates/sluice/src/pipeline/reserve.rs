@@ -256,7 +256,7 @@ pub(super) async fn start<'a, E: Executor>(
             local = match reserve_all(scopes, now, from, max_wait, job) {
                 Ok(local) => local,
                 Err((scope, deferred)) => {
-                    return Err(beyond.unwrap_or_else(|| no_slot(&scope, deferred, now)));
+                    return Err(beyond.unwrap_or_else(|| no_slot(scope, deferred, now)));
                 }
             };
             start = local.start().unwrap_or(now);
@@ -289,7 +289,7 @@ pub(super) async fn start<'a, E: Executor>(
             drop(local);
             seats.outrank(priority, start);
             local = reserve_all(scopes, now, now, max_wait, job)
-                .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
+                .map_err(|(scope, deferred)| no_slot(scope, deferred, now))?;
             start = local.start().unwrap_or(now);
         }
         // Whether `at` went stale below.
@@ -407,7 +407,7 @@ pub(super) fn shadow_start<'a, E: Executor>(
         }
         Err((scope, deferred)) => {
             let wait = Duration::from_micros(deferred.until.saturating_sub(now));
-            recorder.refuse(&scope, ShadowDecision::Defer, wait);
+            recorder.refuse(scope, ShadowDecision::Defer, wait);
             Local { held: Slots::new() }
         }
     };
@@ -453,7 +453,7 @@ async fn with_shared<'a, E, P>(
         drop(local);
         let now = engine.now();
         local = reserve_all(scopes, now, at, latest.saturating_sub(now), job)
-            .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
+            .map_err(|(scope, deferred)| no_slot(scope, deferred, now))?;
         let moved = local.start().unwrap_or(at);
         // A grant whose time has come while we asked starts now (the
         // window margin covers those microseconds, as for one window).
@@ -500,7 +500,7 @@ async fn acquire_from<'a, E, P>(
     max_wait: Micros,
 ) -> Result<(Local, Micros, Option<SharedGrant<'a>>), Outcome> {
     let local = reserve_all(scopes, now, not_before, max_wait, job)
-        .map_err(|(scope, deferred)| no_slot(&scope, deferred, now))?;
+        .map_err(|(scope, deferred)| no_slot(scope, deferred, now))?;
     let start = local.start().unwrap_or(now);
     match budget {
         None => Ok((local, start, None)),
@@ -676,17 +676,17 @@ pub(super) fn next_slot<E>(engine: &Engine<E>, scope: &Scope) -> Duration {
 /// Reserves on every scope at one common start time. Scopes can disagree
 /// (one is blocked later than another), so the latest start wins and the
 /// others are re-reserved there; a few rounds always settle it.
-fn reserve_all<P>(
-    scopes: &[Arc<Scope>],
+fn reserve_all<'s, P>(
+    scopes: &'s [Arc<Scope>],
     now: Micros,
     not_before: Micros,
     max_wait: Micros,
     job: &Job<'_, P>,
-) -> Result<Local, (Arc<Scope>, Deferred)> {
+) -> Result<Local, (&'s Scope, Deferred)> {
     let Some(first) = scopes.first() else {
         return Ok(Local { held: Slots::new() });
     };
-    let mut latest = first.clone();
+    let mut latest: &Scope = first;
     let mut not_before = not_before.max(now);
     for _ in 0..4 {
         let mut taken = Local {
@@ -695,10 +695,10 @@ fn reserve_all<P>(
         for scope in scopes {
             let ticket = scope
                 .reserve(now, not_before, max_wait, &job.ask)
-                .map_err(|deferred| (scope.clone(), deferred))?;
+                .map_err(|deferred| (&**scope, deferred))?;
             if ticket.start() > not_before {
                 not_before = ticket.start();
-                latest = scope.clone();
+                latest = scope;
             }
             taken.held.push((scope.clone(), ticket));
         }

@@ -427,7 +427,7 @@ impl Scope {
             ..
         } = &mut *state;
         let first = limit.effective();
-        budgets.change(|budgets| budgets.reserve(cell, first, now, not_before, max_wait, ask))
+        budgets.reserve(cell, first, (now, not_before, max_wait), ask)
     }
 
     pub(crate) fn refund(&self, ticket: &Ticket) {
