@@ -93,7 +93,7 @@ impl<E: Executor> Gate<E> {
     pub async fn call(&self, call: Call<E::Payload>) -> Outcome {
         // Nothing outlives the call that would share its turn, so the
         // turn's state lives in the call's future, not in an allocation.
-        let turn = TurnState::new(&self.engine.defaults);
+        let turn = TurnState::single(&self.engine.defaults);
         pipeline::complete(&self.engine, &turn, call).await.outcome
     }
 

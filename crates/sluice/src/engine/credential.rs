@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use parking_lot::Mutex;
 
@@ -17,6 +18,9 @@ pub(crate) struct Credential {
     pub(crate) retry: Mutex<RetryBudget>,
     /// Tool -> scopes the server reported on that tool's responses.
     pub(crate) bindings: Mutex<HashMap<Arc<str>, Vec<Arc<str>>>>,
+    /// Whether any tool has a binding yet: until one does, a call's scopes
+    /// are found without the bindings' lock.
+    pub(crate) bound: AtomicBool,
     /// Calls sleeping until their start slot, by priority.
     pub(crate) seats: Seats,
     /// Whether a call may take the slots of waiting calls it outranks back
@@ -57,6 +61,7 @@ impl Credential {
                 defaults.retry_window,
             )),
             bindings: Mutex::new(HashMap::new()),
+            bound: AtomicBool::new(false),
             seats: Seats::default(),
             outranks,
             outranks_shared,

@@ -1,6 +1,7 @@
 //! Where a call goes: its route and credential, found once, and the scopes that govern it.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::{Credential, Engine};
 use crate::call::{Call, Route};
@@ -113,6 +114,9 @@ impl<E> Engine<E> {
 
     /// The scopes the server reported for `tool` on earlier responses.
     fn bound(&self, credential: &Credential, tool: &str, now: Micros) -> Vec<Arc<Scope>> {
+        if !credential.bound.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         let names = credential
             .bindings
             .lock()
@@ -165,6 +169,7 @@ impl<E> Engine<E> {
                 None if bound.len() < MAX_BINDINGS_PER_TOOL => {
                     let name: Arc<str> = Arc::from(name);
                     bound.push(name.clone());
+                    credential.bound.store(true, Ordering::Release);
                     name
                 }
                 None => return self.primary(credential, now),

@@ -171,6 +171,10 @@ async fn attempts<E: Executor>(
         }
         recorder.held(&scopes, &outcome);
     }
+    // When step 2 found no quota spent: the first reservation, at that
+    // same reading, need not look again (a retry, or a call that queued,
+    // looks again).
+    let mut checked = Some(now);
     // A cost no window can ever hold is an error, not a deferral no wait
     // could cure.
     if !shadow && let Some(message) = scopes.iter().find_map(|scope| scope.never_fits(&job.ask)) {
@@ -214,7 +218,8 @@ async fn attempts<E: Executor>(
             )
             .map(Some)
         } else {
-            reserve::start(engine, turn, primary, &scopes, job, (at, now)).await
+            let fresh = checked.take() == Some(now);
+            reserve::start(engine, turn, primary, &scopes, job, (at, now), fresh).await
         };
         let start = match start {
             Ok(Some(start)) => start,

@@ -152,7 +152,8 @@ impl Drop for SharedGrant<'_> {
 /// `None` means a call of higher priority took the slot while this one
 /// slept: its permits go back and it queues again.
 /// `at` is the caller's reading of the clock; the clock is read again only
-/// after a wait.
+/// after a wait. `checked` says that the caller found no scope's quota
+/// spent at that reading (step 2), so the first round need not look again.
 pub(super) async fn start<'a, E: Executor>(
     engine: &'a Engine<E>,
     turn: &'a TurnState,
@@ -160,6 +161,7 @@ pub(super) async fn start<'a, E: Executor>(
     scopes: &[Arc<Scope>],
     job: &Job<'a, E::Payload>,
     (at, now): (Instant, Micros),
+    checked: bool,
 ) -> Result<Option<Start<'a>>, Outcome> {
     let Some(request) = TurnRequest::spend(turn) else {
         let wait = next_slot(engine, primary);
@@ -176,8 +178,10 @@ pub(super) async fn start<'a, E: Executor>(
     let began = now;
     // One clock read per round where nothing awaited in between.
     let (mut at, mut now) = (at, now);
-    for _ in 0..MAX_REVOKED {
-        if let Some(outcome) = holds::quota_spent(scopes, now) {
+    for round in 0..MAX_REVOKED {
+        if (round > 0 || !checked)
+            && let Some(outcome) = holds::quota_spent(scopes, now)
+        {
             return Err(outcome);
         }
         let remaining = job.remaining(now);

@@ -1,5 +1,6 @@
 //! How a scope adapts: the rate it learns or probes for, and its concurrency cap.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Scope;
@@ -60,11 +61,31 @@ impl Scope {
         now: Micros,
         throttled: bool,
     ) -> Adapted {
-        let mut state = self.state();
-        let blended = state.latency as f64 * (1.0 - LATENCY_ALPHA)
-            + latency.as_micros() as f64 * LATENCY_ALPHA;
+        // Answers racing on one scope may each blend into the same
+        // average, and one sample is lost: a smoothed estimate does not
+        // notice, and no answer takes a lock for it.
+        let smoothed = self.latency.load(Ordering::Relaxed) as f64;
+        let blended = smoothed * (1.0 - LATENCY_ALPHA) + latency.as_micros() as f64 * LATENCY_ALPHA;
         // A cast from a float saturates: no latency can panic here.
-        state.latency = blended.round() as Micros;
+        self.latency
+            .store(blended.round() as Micros, Ordering::Relaxed);
+        let (rate, ramped) = if self.probes {
+            self.probe(started, now, throttled)
+        } else {
+            (None, false)
+        };
+        Adapted {
+            ramped,
+            rate,
+            // The latency moved, and maybe the rate: the cap follows both.
+            cap: self.adjust_cap(),
+        }
+    }
+
+    /// Feeds the `rate = "auto"` controller an answer: the rate in force
+    /// if it changed, and whether it rose in slow start.
+    fn probe(&self, started: Micros, now: Micros, throttled: bool) -> (Option<Option<Rate>>, bool) {
+        let mut state = self.state();
         let before = state.limit.effective();
         let (changed, slow_start) = match &mut state.limit.auto {
             Some(aimd) => {
@@ -82,22 +103,15 @@ impl Scope {
             (Some(before), Some(after)) => after.per_sec() > before.per_sec(),
             _ => false,
         };
-        Adapted {
-            ramped: slow_start && rate.as_ref().is_some_and(raised),
-            rate,
-            // The latency moved, and maybe the rate: the cap follows both.
-            cap: self.adjust_cap(),
-        }
+        (rate, slow_start && rate.as_ref().is_some_and(raised))
     }
 
     /// Little's law: the cap follows the rate in force times the smoothed
     /// latency, at least 1, at most the configured bound.
     pub(super) fn adjust_cap(&self) -> Option<u32> {
         let (bound, admission) = (self.auto_cap?, self.admission.as_ref()?);
-        let (rate, latency) = {
-            let state = self.state();
-            (state.limit.effective()?, state.latency())
-        };
+        let rate = self.state().limit.effective()?;
+        let latency = self.latency();
         let mut cap = littles_law(rate, latency).min(bound);
         if let Some(lowered) = self.lowered_cap() {
             cap = cap.min(lowered);
@@ -112,7 +126,7 @@ impl Scope {
     fn ceiling(&self) -> u32 {
         let auto = self.auto_cap.and_then(|bound| {
             let state = self.state();
-            Some(littles_law(state.limit.effective()?, state.latency()).min(bound))
+            Some(littles_law(state.limit.effective()?, self.latency()).min(bound))
         });
         auto.unwrap_or(self.configured_cap)
     }

@@ -17,7 +17,7 @@ use crate::Rate;
 use crate::adapt::Aimd;
 use crate::config::{GroupLimits, Limits, Priority};
 use crate::deadline::Deadline;
-use crate::limiter::{LimiterCell, Micros, Reservation};
+use crate::limiter::{LimiterCell, Micros, Reservation, micros};
 use crate::outcome::{Outcome, Reason};
 
 mod adapt;
@@ -63,18 +63,11 @@ struct State {
     limit: Limit,
     /// The scope's quota is spent until this instant (0: not exhausted).
     quota_until: Micros,
-    /// Exponentially weighted moving average of response latency, in
-    /// microseconds (8 bytes where a `Duration` takes 16; issue 18).
-    latency: Micros,
     /// Requests really sent (in shadow mode, more than the cell admitted).
     sent: SentLog,
 }
 
 impl State {
-    fn latency(&self) -> Duration {
-        Duration::from_micros(self.latency)
-    }
-
     /// Puts the effective limit into the cell; returns it if it changed.
     fn apply(&mut self, before: Option<Rate>) -> Option<Option<Rate>> {
         let after = self.limit.effective();
@@ -119,6 +112,13 @@ pub(crate) struct Scope {
     /// The latest call's time: kept beside the names a look-up compares,
     /// and set without the state's lock.
     last_used: AtomicU64,
+    /// Exponentially weighted moving average of response latency, in
+    /// microseconds: kept without the state's lock, so an answer on a
+    /// scope that does not probe its rate takes none (issue 18).
+    latency: AtomicU64,
+    /// Whether the scope probes for its rate (`rate = "auto"`), fixed when
+    /// it is made: only such a scope's answers need the state's lock.
+    probes: bool,
     outcomes: [AtomicU64; OUTCOME_KINDS.len()],
     /// What few scopes ever need, made by the first call that does.
     rare: OnceLock<Box<Rare>>,
@@ -259,6 +259,7 @@ impl Scope {
         };
         let auto_cap =
             (limits.auto_concurrency && admission.is_some()).then_some(limits.max_in_flight);
+        let probes = limit.auto.is_some();
         Scope {
             credential,
             name,
@@ -267,7 +268,6 @@ impl Scope {
                 budgets,
                 limit,
                 quota_until: 0,
-                latency: u64::try_from(limits.expected_latency.as_micros()).unwrap_or(Micros::MAX),
                 sent: SentLog::default(),
             }),
             admission,
@@ -276,6 +276,8 @@ impl Scope {
             in_flight: AtomicU32::new(0),
             peak_in_flight: AtomicU32::new(0),
             last_used: AtomicU64::new(now),
+            latency: AtomicU64::new(micros(limits.expected_latency)),
+            probes,
             outcomes: Default::default(),
             rare: OnceLock::new(),
         }
@@ -283,6 +285,11 @@ impl Scope {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock()
+    }
+
+    /// The smoothed response latency.
+    fn latency(&self) -> Duration {
+        Duration::from_micros(self.latency.load(Ordering::Relaxed))
     }
 
     /// The scope's [`Rare`] block, made now if it was not yet.
@@ -296,11 +303,11 @@ impl Scope {
     }
 
     pub(crate) fn touch(&self, now: Micros) {
-        // Calls on one scope come in nearly in order: most find it already
-        // at or past their time, and a read costs less than a locked
-        // read-modify-write.
+        // A plain store, not a locked read-modify-write: racing calls may
+        // leave it a few microseconds older than the latest, which an idle
+        // threshold of minutes does not notice.
         if now > self.last_used.load(Ordering::Relaxed) {
-            self.last_used.fetch_max(now, Ordering::Relaxed);
+            self.last_used.store(now, Ordering::Relaxed);
         }
     }
 
@@ -382,7 +389,7 @@ impl Scope {
         let mut state = self.state();
         let next_slot = Duration::from_micros(state.cell.earliest(now) - now);
         let interval = state.limit.enforced().map(|rate| rate.interval());
-        drain_estimate(ahead, admission.cap(), state.latency(), interval, next_slot)
+        drain_estimate(ahead, admission.cap(), self.latency(), interval, next_slot)
     }
 
     /// When the spent quota resets, if it is spent at `now`.

@@ -104,12 +104,15 @@ impl Scope {
     }
 
     pub(crate) fn record_outcome(&self, outcome: &Outcome) {
-        if let Some(index) = OUTCOME_KINDS
-            .iter()
-            .position(|kind| *kind == outcome.status())
-        {
-            self.outcomes[index].fetch_add(1, Ordering::Relaxed);
-        }
+        // In the order of OUTCOME_KINDS (a test pins the two together).
+        let index = match outcome {
+            Outcome::Ok { .. } => 0,
+            Outcome::RateLimited { .. } => 1,
+            Outcome::QuotaExhausted { .. } => 2,
+            Outcome::TimedOut { .. } => 3,
+            Outcome::Error { .. } => 4,
+        };
+        self.outcomes[index].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn status(&self, now: Micros) -> ScopeStatus {
@@ -147,7 +150,7 @@ impl Scope {
             sent_in_window: state.sent.in_window(now, window),
             sent_window_ms: window / 1_000,
             sent_history: state.sent.history(now, window),
-            latency_ms: state.latency as f64 / 1_000.0,
+            latency_ms: self.latency.load(Ordering::Relaxed) as f64 / 1_000.0,
             outcomes: OUTCOME_KINDS
                 .iter()
                 .zip(&self.outcomes)
@@ -169,4 +172,43 @@ fn sent_window(limit: &Limit) -> Micros {
     limit
         .effective()
         .map_or(1_000_000, |rate| micros(rate.window()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{CredentialConfig, Defaults};
+    use crate::outcome::Reason;
+
+    #[test]
+    fn each_outcome_is_counted_under_its_own_status() {
+        let limits = CredentialConfig::with_rate("10/1s".parse().unwrap())
+            .resolve("k", &Defaults::default())
+            .unwrap();
+        let scope = Scope::primary(Arc::from("k"), Arc::from("api_key"), &limits, 0);
+        let second = Duration::from_secs(1);
+        let outcomes = [
+            Outcome::Ok {
+                http_status: 200,
+                body: serde_json::Value::Null,
+            },
+            Outcome::rate_limited("api_key", Reason::Shed, second, Some(1)),
+            Outcome::quota_exhausted("api_key", second),
+            Outcome::timed_out(second, false),
+            Outcome::error(None, "failed"),
+        ];
+        for (times, outcome) in outcomes.iter().enumerate() {
+            for _ in 0..=times {
+                scope.record_outcome(outcome);
+            }
+        }
+        let counted = scope.status(0).outcomes;
+        for (times, outcome) in outcomes.iter().enumerate() {
+            assert_eq!(counted[outcome.status()], times as u64 + 1, "{outcome:?}");
+        }
+        assert_eq!(counted.len(), OUTCOME_KINDS.len());
+    }
 }
