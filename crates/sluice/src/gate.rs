@@ -11,7 +11,7 @@ use crate::engine::{Engine, TurnState};
 use crate::executor::Executor;
 use crate::observe::Observer;
 use crate::outcome::Outcome;
-use crate::pipeline;
+use crate::pipeline::{self, Keep};
 use crate::scope::ScopeStatus;
 use crate::shared::SharedBudget;
 use crate::signal::DEFAULT_SCOPE;
@@ -94,7 +94,9 @@ impl<E: Executor> Gate<E> {
         // Nothing outlives the call that would share its turn, so the
         // turn's state lives in the call's future, not in an allocation.
         let turn = TurnState::single(&self.engine.defaults);
-        pipeline::complete(&self.engine, &turn, call).await.outcome
+        pipeline::complete(&self.engine, &turn, call, Keep::Outcome)
+            .await
+            .outcome
     }
 
     /// Every live scope, for status pages.

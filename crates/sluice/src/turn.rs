@@ -8,7 +8,7 @@ use crate::call::{Call, Completion};
 use crate::engine::{Engine, TurnState};
 use crate::executor::Executor;
 use crate::outcome::Outcome;
-use crate::pipeline;
+use crate::pipeline::{self, Keep};
 
 /// The calls of one model step. Cheap to clone; clones share the turn.
 #[derive(Debug)]
@@ -39,12 +39,15 @@ impl<E: Executor> Turn<E> {
 
     /// Runs one call in this turn.
     pub async fn call(&self, call: Call<E::Payload>) -> Outcome {
-        self.complete(call).await.outcome
+        let keep = Keep::Outcome;
+        pipeline::complete(&self.engine, &self.state, call, keep)
+            .await
+            .outcome
     }
 
     /// Runs one call and keeps the upstream response alongside the outcome.
     pub async fn complete(&self, call: Call<E::Payload>) -> Completion {
-        pipeline::complete(&self.engine, &self.state, call).await
+        pipeline::complete(&self.engine, &self.state, call, Keep::Response).await
     }
 
     /// Upstream requests this turn has caused so far.

@@ -31,11 +31,13 @@ pub(super) struct Failed {
     blamed: Arc<Scope>,
 }
 
-/// Sorts a response into the call's outcome, or a failure to consider retrying.
+/// Sorts a response into the call's outcome, or a failure to consider
+/// retrying. An `ok` completion keeps the response only when `kept`.
 pub(super) fn response(
     response: http::Response<Bytes>,
     signal: &Signal,
     blamed: Arc<Scope>,
+    kept: bool,
 ) -> Result<Completion, Failed> {
     let status = response.status();
     if !signal.throttled && status.as_u16() < 400 {
@@ -45,7 +47,7 @@ pub(super) fn response(
         };
         return Ok(Completion {
             outcome,
-            response: Some(Arc::new(response)),
+            response: kept.then(|| Arc::new(response)),
             coalesced: false,
         });
     }

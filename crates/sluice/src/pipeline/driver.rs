@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::job::Job;
+use super::job::{Job, Keep};
 use super::shadow::Recorder;
 use super::{classify, holds, learn, price, reserve};
 use crate::call::{Call, Completion};
@@ -24,6 +24,7 @@ pub(crate) async fn complete<E: Executor>(
     engine: &Engine<E>,
     turn: &TurnState,
     call: Call<E::Payload>,
+    keep: Keep,
 ) -> Completion {
     // The call's one reading of the clock: every step until the send reads
     // it from here, and reads again only after an await that waited.
@@ -79,6 +80,7 @@ pub(crate) async fn complete<E: Executor>(
         ends: now.saturating_add(crate::limiter::micros(deadline.len())),
         spend,
         ask,
+        keep,
     };
     let span = tracing::debug_span!("call", tool = %call.tool, credential = %credential.name);
     // The credential's own scope, once execute has looked it up: the
@@ -283,7 +285,13 @@ async fn attempts<E: Executor>(
                 let learned =
                     learn::response(engine, job, primary, &response, sent, received, latency);
                 learn::settle(job, primary, &spent, &response);
-                match classify::response(response, &learned.signal, learned.blamed) {
+                // An answer only this call's caller reads, who takes the
+                // outcome alone, need not be kept; one whose body still
+                // streams is kept with what it holds.
+                let kept = shared
+                    || job.keep == Keep::Response
+                    || response.extensions().get::<Streaming>().is_some();
+                match classify::response(response, &learned.signal, learned.blamed, kept) {
                     Ok(completion) => {
                         if !shared {
                             let group = group_scope

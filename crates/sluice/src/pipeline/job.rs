@@ -7,6 +7,15 @@ use crate::engine::Credential;
 use crate::limiter::Micros;
 use crate::scope::Ask;
 
+/// What the caller takes from a call's completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// The outcome alone: an answer nothing else shares need not be kept.
+    Outcome,
+    /// The outcome and the upstream response ([`crate::Turn::complete`]).
+    Response,
+}
+
 /// A call with its route, its credential, its deadline, and what it spends.
 pub(super) struct Job<'a, P> {
     pub(super) call: &'a Call<P>,
@@ -21,6 +30,8 @@ pub(super) struct Job<'a, P> {
     pub(super) spend: &'a Spend,
     /// Its priority and priced costs.
     pub(super) ask: Ask,
+    /// What its caller takes.
+    pub(super) keep: Keep,
 }
 
 impl<P> Job<'_, P> {

@@ -24,3 +24,4 @@ mod reserve;
 mod shadow;
 
 pub(crate) use driver::complete;
+pub(crate) use job::Keep;
