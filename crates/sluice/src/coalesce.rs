@@ -10,9 +10,20 @@ use tokio::time::Instant;
 
 use crate::call::Completion;
 use crate::hash::FastMap;
+use crate::limiter::{Micros, micros};
+use crate::scope::Scope;
 
 /// A read's identity within a turn: (tool, canonical payload key).
 pub(crate) type FlightKey = (Arc<str>, String);
+
+/// What a flight answers: the completion, and the scope its outcome is
+/// counted on (the credential's own, when the call got that far), so that
+/// the calls it answers count theirs without a look-up.
+pub(crate) type Answer = (Completion, Option<Arc<Scope>>);
+
+/// One reading of the clock: as an instant (for the work's waits) and in
+/// engine microseconds (for the cache's age).
+pub(crate) type Reading = (Instant, Micros);
 
 /// Flights stop being swept for staleness below this many entries.
 const SWEEP_ABOVE: usize = 256;
@@ -20,16 +31,17 @@ const SWEEP_ABOVE: usize = 256;
 /// One read: in flight until its cell is set, then cached for the TTL.
 #[derive(Debug, Default)]
 struct Flight {
-    result: OnceCell<(Completion, Instant)>,
+    /// The answer, and when it came.
+    result: OnceCell<(Answer, Micros)>,
 }
 
 impl Flight {
     /// Still worth joining: in flight, or answered `ok` within the TTL.
-    fn is_live(&self, now: Instant, ttl: Duration) -> bool {
+    fn is_live(&self, now: Micros, ttl: Micros) -> bool {
         match self.result.get() {
             None => true,
-            Some((completion, at)) => {
-                completion.outcome.is_ok() && now.saturating_duration_since(*at) <= ttl
+            Some(((completion, _), at)) => {
+                completion.outcome.is_ok() && now.saturating_sub(*at) <= ttl
             }
         }
     }
@@ -39,7 +51,7 @@ impl Flight {
 #[derive(Debug)]
 pub(crate) struct Flights {
     table: Mutex<Table>,
-    ttl: Duration,
+    ttl: Micros,
 }
 
 #[derive(Debug)]
@@ -47,7 +59,7 @@ struct Table {
     flights: FastMap<FlightKey, Arc<Flight>>,
     /// When stale flights were last dropped (the first read's time until
     /// then: a turn made for one write never reads the clock for it).
-    swept: Option<Instant>,
+    swept: Option<Micros>,
 }
 
 impl Flights {
@@ -57,7 +69,7 @@ impl Flights {
                 flights: FastMap::default(),
                 swept: None,
             }),
-            ttl,
+            ttl: micros(ttl),
         }
     }
 
@@ -65,36 +77,43 @@ impl Flights {
     /// `now`, without waiting: what [`Flights::run`] would reuse, found
     /// before a call builds the future and the deadline timer it needs to
     /// join or lead a flight.
-    pub(crate) fn answered(&self, key: &FlightKey, now: Instant) -> Option<Completion> {
+    pub(crate) fn answered(&self, key: &FlightKey, now: Micros) -> Option<Answer> {
         let mut table = self.table.lock();
         table.sweep(now, self.ttl);
         let flight = table.flights.get(key)?;
-        let (completion, _) = flight
+        let (answer, _) = flight
             .result
             .get()
             .filter(|_| flight.is_live(now, self.ttl))?;
-        let mut completion = completion.clone();
+        let (mut completion, scope) = answer.clone();
         completion.coalesced = true;
-        Some(completion)
+        Some((completion, scope))
     }
 
     /// Runs `work` for `key` unless an identical read is in flight (join it)
     /// or answered `ok` within the TTL (reuse it), at `now` (the call's
     /// reading of the clock). If the call running the work is cancelled, a
-    /// joined call takes over and runs its own. `work` is given the time it
-    /// starts at: `now` for a new flight, a new reading for a call that
-    /// waited on another's.
-    pub(crate) async fn run<F, Fut>(&self, key: FlightKey, now: Instant, work: F) -> Completion
+    /// joined call takes over and runs its own. `work` is given the reading
+    /// it starts at: `now` for a new flight, a new one from `clock` for a
+    /// call that waited on another's; `clock` also reads when the answer
+    /// came.
+    pub(crate) async fn run<F, Fut>(
+        &self,
+        key: FlightKey,
+        now: Reading,
+        clock: impl Fn() -> Reading,
+        work: F,
+    ) -> Answer
     where
-        F: FnOnce(Instant) -> Fut,
-        Fut: Future<Output = Completion>,
+        F: FnOnce(Reading) -> Fut,
+        Fut: Future<Output = Answer>,
     {
         let flight = {
             let mut table = self.table.lock();
-            table.sweep(now, self.ttl);
+            table.sweep(now.1, self.ttl);
             let flights = &mut table.flights;
             match flights.get(&key) {
-                Some(flight) if flight.is_live(now, self.ttl) => (flight.clone(), false),
+                Some(flight) if flight.is_live(now.1, self.ttl) => (flight.clone(), false),
                 _ => {
                     let flight = Arc::new(Flight::default());
                     flights.insert(key, flight.clone());
@@ -104,19 +123,22 @@ impl Flights {
         };
         let (flight, created) = flight;
         let mut led = false;
-        let (completion, _) = flight
+        let (answer, _) = flight
             .result
             .get_or_init(|| {
                 led = true;
                 // A flight this call created starts at once; one it takes
                 // over from a cancelled call has waited for it.
-                let at = if created { now } else { crate::clock::now() };
-                async move { (work(at).await, crate::clock::now()) }
+                let at = if created { now } else { clock() };
+                async move {
+                    let answer = work(at).await;
+                    (answer, clock().1)
+                }
             })
             .await;
-        let mut completion = completion.clone();
+        let (mut completion, scope) = answer.clone();
         completion.coalesced = !led;
-        completion
+        (completion, scope)
     }
 }
 
@@ -126,9 +148,9 @@ impl Table {
     /// session) would otherwise keep up to SWEEP_ABOVE stale answers, whole
     /// responses included, forever; found by the sidecar soak
     /// (crates/sluice-testkit/src/soak.rs).
-    fn sweep(&mut self, now: Instant, ttl: Duration) {
+    fn sweep(&mut self, now: Micros, ttl: Micros) {
         let swept = *self.swept.get_or_insert(now);
-        if self.flights.len() > SWEEP_ABOVE || now.saturating_duration_since(swept) >= ttl {
+        if self.flights.len() > SWEEP_ABOVE || now.saturating_sub(swept) >= ttl {
             self.flights.retain(|_, flight| flight.is_live(now, ttl));
             self.swept = Some(now);
         }
@@ -142,12 +164,22 @@ mod tests {
     use super::*;
     use crate::outcome::Outcome;
 
-    fn ok() -> Completion {
-        Outcome::Ok {
+    fn ok() -> Answer {
+        let completion = Outcome::Ok {
             http_status: 200,
             body: serde_json::Value::Null,
         }
-        .into()
+        .into();
+        (completion, None)
+    }
+
+    /// A clock for the tests, as the engine reads it: an instant and the
+    /// microseconds since `origin`.
+    fn clock(origin: Instant) -> impl Fn() -> Reading {
+        move || {
+            let at = Instant::now();
+            (at, micros(at - origin))
+        }
     }
 
     fn len(flights: &Flights) -> usize {
@@ -159,18 +191,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn stale_answers_are_dropped_once_a_ttl_has_passed_however_few() {
         let flights = Flights::new(Duration::from_secs(1));
+        let clock = clock(Instant::now());
         for i in 0..10 {
             let key = (Arc::from("t"), format!("k{i}"));
-            flights.run(key, Instant::now(), |_| async { ok() }).await;
+            flights.run(key, clock(), &clock, |_| async { ok() }).await;
         }
         assert_eq!(len(&flights), 10, "answers are cached for the TTL");
         tokio::time::advance(Duration::from_millis(1_500)).await;
+        let fresh = (Arc::from("t"), "fresh".to_owned());
         flights
-            .run(
-                (Arc::from("t"), "fresh".to_owned()),
-                Instant::now(),
-                |_| async { ok() },
-            )
+            .run(fresh, clock(), &clock, |_| async { ok() })
             .await;
         assert_eq!(len(&flights), 1, "the stale ones are gone");
     }
@@ -182,47 +212,63 @@ mod tests {
     async fn a_call_taking_over_a_cancelled_flight_starts_at_a_new_reading() {
         let flights = Flights::new(Duration::from_secs(60));
         let key = || (Arc::from("t"), "k".to_owned());
-        let entry = Instant::now();
-        let mut leader = Box::pin(flights.run(key(), entry, |at| {
+        let clock = clock(Instant::now());
+        let entry = clock();
+        let mut leader = Box::pin(flights.run(key(), entry, &clock, |at| {
             assert_eq!(at, entry, "a new flight starts at its call's reading");
             std::future::pending()
         }));
-        let mut joiner = Box::pin(flights.run(key(), entry, |at| async move {
-            assert_eq!(at - entry, Duration::from_secs(1));
+        let mut joiner = Box::pin(flights.run(key(), entry, &clock, |at| async move {
+            assert_eq!(at.0 - entry.0, Duration::from_secs(1));
+            assert_eq!(at.1 - entry.1, 1_000_000);
             ok()
         }));
         assert!((&mut leader).now_or_never().is_none());
         assert!((&mut joiner).now_or_never().is_none());
         tokio::time::advance(Duration::from_secs(1)).await;
         drop(leader);
-        let completion = joiner.await;
+        let (completion, _) = joiner.await;
         assert!(completion.outcome.is_ok() && !completion.coalesced);
     }
 
     /// `answered` gives what `run` would reuse, and nothing else: not a
-    /// flight still in the air, not an error, not an answer past the TTL.
+    /// flight still in the air, not an error, not an answer past the TTL;
+    /// and the scope the leader's outcome was counted on comes with it.
     #[tokio::test(start_paused = true)]
     async fn answered_is_only_an_ok_answer_within_the_ttl() {
         let flights = Flights::new(Duration::from_secs(1));
         let key = |k: &str| (Arc::from("t"), k.to_owned());
+        let clock = clock(Instant::now());
         let mut pending =
-            Box::pin(flights.run(key("air"), Instant::now(), |_| std::future::pending()));
+            Box::pin(flights.run(key("air"), clock(), &clock, |_| std::future::pending()));
         assert!((&mut pending).now_or_never().is_none());
-        assert!(flights.answered(&key("air"), Instant::now()).is_none());
+        assert!(flights.answered(&key("air"), clock().1).is_none());
         flights
-            .run(key("bad"), Instant::now(), |_| async {
-                Outcome::error(None, "boom").into()
+            .run(key("bad"), clock(), &clock, |_| async {
+                (Outcome::error(None, "boom").into(), None)
             })
             .await;
-        assert!(flights.answered(&key("bad"), Instant::now()).is_none());
-        assert!(flights.answered(&key("never"), Instant::now()).is_none());
-        let led = flights
-            .run(key("ok"), Instant::now(), |_| async { ok() })
+        assert!(flights.answered(&key("bad"), clock().1).is_none());
+        assert!(flights.answered(&key("never"), clock().1).is_none());
+        let limits = crate::config::CredentialConfig::with_rate("1/1s".parse().unwrap())
+            .resolve("k", &crate::config::Defaults::default())
+            .unwrap();
+        let scope = Arc::new(Scope::primary(
+            Arc::from("k"),
+            Arc::from("api_key"),
+            &limits,
+            0,
+        ));
+        let (led, _) = flights
+            .run(key("ok"), clock(), &clock, |_| async {
+                (ok().0, Some(scope.clone()))
+            })
             .await;
         assert!(!led.coalesced);
-        let cached = flights.answered(&key("ok"), Instant::now()).unwrap();
+        let (cached, counted_on) = flights.answered(&key("ok"), clock().1).unwrap();
         assert!(cached.outcome.is_ok() && cached.coalesced);
+        assert!(counted_on.is_some_and(|counted_on| Arc::ptr_eq(&counted_on, &scope)));
         tokio::time::advance(Duration::from_millis(1_001)).await;
-        assert!(flights.answered(&key("ok"), Instant::now()).is_none());
+        assert!(flights.answered(&key("ok"), clock().1).is_none());
     }
 }

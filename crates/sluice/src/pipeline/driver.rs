@@ -56,6 +56,39 @@ pub(crate) async fn complete<E: Executor>(
             );
         }
     };
+    // The call's reading in engine microseconds: what every step compares.
+    let now = engine.micros_at(started);
+    if deadline.len().is_zero() {
+        let outcome = Outcome::timed_out(deadline.len(), false);
+        let scope = engine.decided_on(credential, &outcome, None);
+        return finish(
+            engine,
+            &call,
+            &credential.name,
+            scope,
+            outcome.into(),
+            started,
+        );
+    }
+    // Step 1: coalesce reads.
+    let key = if route.read {
+        call.payload
+            .coalesce_key()
+            .map(|key| (call.tool.clone(), key))
+    } else {
+        None
+    };
+    // Answered by the turn already: no pricing, no flight to join, no
+    // timer, no span. A call that brings its own spend is priced first, as
+    // the flight would (its cost may not be the tool's); identical
+    // arguments of a tool price alike.
+    if let Some(key) = &key
+        && call.spend.is_none()
+        && let Some((completion, scope)) = turn.flights.answered(key, now)
+    {
+        let scope = engine.decided_on(credential, &completion.outcome, scope);
+        return finish(engine, &call, &credential.name, scope, completion, started);
+    }
     let ask = match price::ask(spend, &call) {
         Ok(ask) => ask,
         Err(outcome) => {
@@ -70,8 +103,6 @@ pub(crate) async fn complete<E: Executor>(
             );
         }
     };
-    // The call's reading in engine microseconds: what every step compares.
-    let now = engine.micros_at(started);
     let job = Job {
         call: &call,
         route,
@@ -83,52 +114,32 @@ pub(crate) async fn complete<E: Executor>(
         keep,
     };
     let span = tracing::debug_span!("call", tool = %call.tool, credential = %credential.name);
-    // The credential's own scope, once execute has looked it up: the
-    // outcome is counted on it without a second look-up.
-    let mut primary = None;
+    // A call nothing joins may keep its permit while its body streams.
+    let shared = key.is_some();
     let work = async {
-        if deadline.len().is_zero() {
-            return Completion::from(Outcome::timed_out(deadline.len(), false));
-        }
-        // Step 1: coalesce reads.
-        let key = if route.read {
-            call.payload.coalesce_key()
-        } else {
-            None
-        };
-        // A call nothing joins may keep its permit while its body streams.
-        let shared = key.is_some();
-        let (slot, job) = (&mut primary, &job);
-        let run = move |at| async move {
-            // A flight that took over from a cancelled one read the clock again.
-            let now = if at == started {
-                now
-            } else {
-                engine.micros_at(at)
-            };
+        let job = &job;
+        let run = move |(at, now)| async move {
             let (completion, scope) = execute(engine, turn, job, shared, (at, now)).await;
-            *slot = Some(scope);
-            completion
+            (completion, Some(scope))
         };
         match key {
             Some(key) => {
-                let key = (call.tool.clone(), key);
-                // Answered by the turn already: no flight to join, no timer.
-                if let Some(completion) = turn.flights.answered(&key, started) {
-                    return completion;
-                }
-                let flight = turn.flights.run(key, started, run);
+                let flight = turn
+                    .flights
+                    .run(key, (started, now), || engine.clock(), run);
                 // A joined call keeps its own deadline.
                 match tokio::time::timeout_at(deadline.at(), flight).await {
-                    Ok(completion) => completion,
-                    Err(_) => Outcome::timed_out(deadline.len(), true).into(),
+                    Ok(answer) => answer,
+                    Err(_) => (Outcome::timed_out(deadline.len(), true).into(), None),
                 }
             }
-            None => run(started).await,
+            None => run((started, now)).await,
         }
     }
     .instrument(span);
-    let completion = work.await;
+    // The credential's own scope comes back with the answer: the outcome
+    // is counted on it without a second look-up.
+    let (completion, primary) = work.await;
     let scope = engine.decided_on(credential, &completion.outcome, primary);
     finish(engine, &call, &credential.name, scope, completion, started)
 }
