@@ -1,5 +1,7 @@
 //! Canonical JSON: the coalescing identity of tool arguments, independent of key order and whitespace.
 
+use std::sync::OnceLock;
+
 use serde_json::Value;
 
 /// Serializes `value` with object keys sorted and no whitespace, whatever
@@ -21,7 +23,8 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Object(map) => {
             out.push(b'{');
-            let sorted = map.keys().zip(map.keys().skip(1)).all(|(a, b)| a < b);
+            let sorted =
+                maps_are_sorted() || map.keys().zip(map.keys().skip(1)).all(|(a, b)| a < b);
             if sorted {
                 write_entries(out, map.iter());
             } else {
@@ -45,6 +48,19 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
         // print the same in any order.
         scalar => write_scalar(out, scalar),
     }
+}
+
+/// Whether `serde_json`'s map keeps its keys sorted: its default (a
+/// `BTreeMap`), unless some crate in the build turns on `preserve_order`.
+/// Found once, so that no object's order is walked to check it.
+fn maps_are_sorted() -> bool {
+    static SORTED: OnceLock<bool> = OnceLock::new();
+    *SORTED.get_or_init(|| {
+        let mut map = serde_json::Map::new();
+        map.insert("b".to_owned(), Value::Null);
+        map.insert("a".to_owned(), Value::Null);
+        map.keys().next().is_some_and(|first| first == "a")
+    })
 }
 
 fn write_entries<'a>(out: &mut Vec<u8>, entries: impl Iterator<Item = (&'a String, &'a Value)>) {
