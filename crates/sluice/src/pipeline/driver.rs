@@ -202,6 +202,12 @@ async fn attempts<E: Executor>(
         .cloned();
     let (mut group_permit, mut admitted) = if shadow {
         (None, recorder.admit(primary, now, at))
+    } else if group_scope.is_none()
+        && let Some(permit) = primary.admit_at_once()
+    {
+        // A free permit and nobody waiting: no queue to wait in, so none
+        // of the waiting machinery.
+        (None, AdmittedNow::Permit { permit })
     } else {
         let mut clock = (at, now);
         match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {

@@ -350,6 +350,16 @@ impl Scope {
         }
     }
 
+    /// [`Scope::admit`] when it needs no wait: `Some(None)` when the scope
+    /// caps nothing, `Some(permit)` when one is free and nobody waits,
+    /// `None` when the call would have to queue.
+    pub(crate) fn admit_at_once(&self) -> Option<Option<Permit<'_>>> {
+        match &self.admission {
+            None => Some(None),
+            Some(admission) => admission.try_admit().map(Some),
+        }
+    }
+
     /// True when the scope caps concurrency and every permit is out: a
     /// new call would queue.
     pub(crate) fn permits_exhausted(&self) -> bool {
