@@ -9,12 +9,25 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::call::Completion;
-use crate::hash::FastMap;
+use hashbrown::{Equivalent, HashMap};
+
+use crate::hash::BuildFastHasher;
 use crate::limiter::{Micros, micros};
 use crate::scope::Scope;
 
 /// A read's identity within a turn: (tool, canonical payload key).
 pub(crate) type FlightKey = (Arc<str>, String);
+
+/// A [`FlightKey`] borrowed from its call: what a look-up asks with, so a
+/// read its turn has answered clones nothing to find the answer.
+#[derive(Debug, Clone, Copy, Hash)]
+pub(crate) struct FlightRef<'a>(pub(crate) &'a str, pub(crate) &'a str);
+
+impl Equivalent<FlightKey> for FlightRef<'_> {
+    fn equivalent(&self, key: &FlightKey) -> bool {
+        *key.0 == *self.0 && *key.1 == *self.1
+    }
+}
 
 /// What a flight answers: the completion, and the scope its outcome is
 /// counted on (the credential's own, when the call got that far), so that
@@ -56,7 +69,7 @@ pub(crate) struct Flights {
 
 #[derive(Debug)]
 struct Table {
-    flights: FastMap<FlightKey, Arc<Flight>>,
+    flights: HashMap<FlightKey, Arc<Flight>, BuildFastHasher>,
     /// When stale flights were last dropped (the first read's time until
     /// then: a turn made for one write never reads the clock for it).
     swept: Option<Micros>,
@@ -66,7 +79,7 @@ impl Flights {
     pub(crate) fn new(ttl: Duration) -> Self {
         Flights {
             table: Mutex::new(Table {
-                flights: FastMap::default(),
+                flights: HashMap::default(),
                 swept: None,
             }),
             ttl: micros(ttl),
@@ -77,10 +90,10 @@ impl Flights {
     /// `now`, without waiting: what [`Flights::run`] would reuse, found
     /// before a call builds the future and the deadline timer it needs to
     /// join or lead a flight.
-    pub(crate) fn answered(&self, key: &FlightKey, now: Micros) -> Option<Answer> {
+    pub(crate) fn answered(&self, key: FlightRef<'_>, now: Micros) -> Option<Answer> {
         let mut table = self.table.lock();
         table.sweep(now, self.ttl);
-        let flight = table.flights.get(key)?;
+        let flight = table.flights.get(&key)?;
         let (answer, _) = flight
             .result
             .get()
@@ -242,14 +255,18 @@ mod tests {
         let mut pending =
             Box::pin(flights.run(key("air"), clock(), &clock, |_| std::future::pending()));
         assert!((&mut pending).now_or_never().is_none());
-        assert!(flights.answered(&key("air"), clock().1).is_none());
+        assert!(flights.answered(FlightRef("t", "air"), clock().1).is_none());
         flights
             .run(key("bad"), clock(), &clock, |_| async {
                 (Outcome::error(None, "boom").into(), None)
             })
             .await;
-        assert!(flights.answered(&key("bad"), clock().1).is_none());
-        assert!(flights.answered(&key("never"), clock().1).is_none());
+        assert!(flights.answered(FlightRef("t", "bad"), clock().1).is_none());
+        assert!(
+            flights
+                .answered(FlightRef("t", "never"), clock().1)
+                .is_none()
+        );
         let limits = crate::config::CredentialConfig::with_rate("1/1s".parse().unwrap())
             .resolve("k", &crate::config::Defaults::default())
             .unwrap();
@@ -265,10 +282,10 @@ mod tests {
             })
             .await;
         assert!(!led.coalesced);
-        let (cached, counted_on) = flights.answered(&key("ok"), clock().1).unwrap();
+        let (cached, counted_on) = flights.answered(FlightRef("t", "ok"), clock().1).unwrap();
         assert!(cached.outcome.is_ok() && cached.coalesced);
         assert!(counted_on.is_some_and(|counted_on| Arc::ptr_eq(&counted_on, &scope)));
         tokio::time::advance(Duration::from_millis(1_001)).await;
-        assert!(flights.answered(&key("ok"), clock().1).is_none());
+        assert!(flights.answered(FlightRef("t", "ok"), clock().1).is_none());
     }
 }

@@ -10,6 +10,7 @@ use super::job::{Job, Keep};
 use super::shadow::Recorder;
 use super::{classify, holds, learn, price, reserve};
 use crate::call::{Call, Completion};
+use crate::coalesce::FlightRef;
 use crate::config::Priority;
 use crate::deadline::Deadline;
 use crate::engine::{Engine, Routed, TurnState};
@@ -72,9 +73,7 @@ pub(crate) async fn complete<E: Executor>(
     }
     // Step 1: coalesce reads.
     let key = if route.read {
-        call.payload
-            .coalesce_key()
-            .map(|key| (call.tool.clone(), key))
+        call.payload.coalesce_key()
     } else {
         None
     };
@@ -84,7 +83,7 @@ pub(crate) async fn complete<E: Executor>(
     // arguments of a tool price alike.
     if let Some(key) = &key
         && call.spend.is_none()
-        && let Some((completion, scope)) = turn.flights.answered(key, now)
+        && let Some((completion, scope)) = turn.flights.answered(FlightRef(&call.tool, key), now)
     {
         let scope = engine.decided_on(credential, &completion.outcome, scope);
         return finish(engine, &call, &credential.name, scope, completion, started);
@@ -124,6 +123,7 @@ pub(crate) async fn complete<E: Executor>(
         };
         match key {
             Some(key) => {
+                let key = (call.tool.clone(), key);
                 let flight = turn
                     .flights
                     .run(key, (started, now), || engine.clock(), run);
