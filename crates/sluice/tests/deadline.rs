@@ -99,3 +99,47 @@ async fn a_huge_default_deadline_is_a_build_error_naming_it() {
         "{error}"
     );
 }
+
+/// A zero deadline sends nothing: the call times out at once, a read its
+/// turn has already answered included (the cached answer is not waited
+/// for, it is never given past a deadline); a cost that cannot be priced
+/// is still the error naming its argument (issue 18 moved the turn's
+/// cache ahead of pricing, and kept this order).
+#[tokio::test(start_paused = true)]
+async fn a_zero_deadline_times_out_sending_nothing_unless_the_cost_is_bad() {
+    use sluice::{Cost, CredentialConfig, GateConfig, UnitConfig};
+    let sim = Sim::always_ok(10);
+    let tokens = UnitConfig::with_rate("1000/1s".parse().unwrap());
+    let credential = CredentialConfig::with_rate("10/1s".parse().unwrap()).unit("tokens", tokens);
+    let config = GateConfig::default()
+        .credential("key", credential)
+        .tool("read", ToolConfig::read("key"))
+        .tool(
+            "priced",
+            ToolConfig::read("key").cost("tokens", Cost::Argument("max_tokens".into())),
+        );
+    let gate = build_gate(config, &sim);
+    let turn = gate.turn();
+    assert!(turn.call(Call::new("read", json!({"n": 1}))).await.is_ok());
+    assert_eq!(sim.count(), 1);
+    let zero = Duration::ZERO;
+    let outcomes = turn
+        .run([
+            Call::new("read", json!({"n": 1})).deadline(zero),
+            Call::new("read", json!({"n": 2})).deadline(zero),
+            Call::new("priced", json!({})).deadline(zero),
+        ])
+        .await;
+    for outcome in &outcomes[..2] {
+        assert!(
+            matches!(outcome, Outcome::TimedOut { after_ms: 0, .. }),
+            "{outcome:?}"
+        );
+    }
+    assert!(
+        error_message(&outcomes[2]).contains("\"max_tokens\""),
+        "{:?}",
+        outcomes[2]
+    );
+    assert_eq!(sim.count(), 1, "nothing more was sent");
+}

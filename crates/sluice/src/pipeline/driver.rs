@@ -60,7 +60,11 @@ pub(crate) async fn complete<E: Executor>(
     // The call's reading in engine microseconds: what every step compares.
     let now = engine.micros_at(started);
     if deadline.len().is_zero() {
-        let outcome = Outcome::timed_out(deadline.len(), false);
+        // Nothing can be sent; a cost that cannot be priced is still the
+        // error it is for any call.
+        let outcome = price::ask(spend, &call)
+            .err()
+            .unwrap_or_else(|| Outcome::timed_out(deadline.len(), false));
         let scope = engine.decided_on(credential, &outcome, None);
         return finish(
             engine,
