@@ -38,6 +38,12 @@ pub(crate) async fn complete<E: Executor>(
         Ok(found) => found,
         Err(outcome) => return finish(engine, &call, "", None, outcome.into(), started),
     };
+    // Step 9 for any completion: counted on the scope its outcome names,
+    // else on `scope` (the credential's own, when the call holds it).
+    let conclude = |completion: Completion, scope: Option<Arc<Scope>>| {
+        let scope = engine.decided_on(credential, &completion.outcome, scope);
+        finish(engine, &call, &credential.name, scope, completion, started)
+    };
     let len = call
         .deadline
         .or(route.deadline)
@@ -46,15 +52,7 @@ pub(crate) async fn complete<E: Executor>(
         Ok(deadline) => deadline,
         Err(error) => {
             let outcome = Outcome::error(None, format!("deadline: {error}"));
-            let scope = engine.decided_on(credential, &outcome, None);
-            return finish(
-                engine,
-                &call,
-                &credential.name,
-                scope,
-                outcome.into(),
-                started,
-            );
+            return conclude(outcome.into(), None);
         }
     };
     // The call's reading in engine microseconds: what every step compares.
@@ -65,15 +63,7 @@ pub(crate) async fn complete<E: Executor>(
         let outcome = price::ask(spend, &call)
             .err()
             .unwrap_or_else(|| Outcome::timed_out(deadline.len(), false));
-        let scope = engine.decided_on(credential, &outcome, None);
-        return finish(
-            engine,
-            &call,
-            &credential.name,
-            scope,
-            outcome.into(),
-            started,
-        );
+        return conclude(outcome.into(), None);
     }
     // Step 1: coalesce reads.
     let key = if route.read {
@@ -89,22 +79,11 @@ pub(crate) async fn complete<E: Executor>(
         && call.spend.is_none()
         && let Some((completion, scope)) = turn.flights.answered(FlightRef(&call.tool, key), now)
     {
-        let scope = engine.decided_on(credential, &completion.outcome, scope);
-        return finish(engine, &call, &credential.name, scope, completion, started);
+        return conclude(completion, scope);
     }
     let ask = match price::ask(spend, &call) {
         Ok(ask) => ask,
-        Err(outcome) => {
-            let scope = engine.decided_on(credential, &outcome, None);
-            return finish(
-                engine,
-                &call,
-                &credential.name,
-                scope,
-                outcome.into(),
-                started,
-            );
-        }
+        Err(outcome) => return conclude(outcome.into(), None),
     };
     let job = Job {
         call: &call,
@@ -144,8 +123,7 @@ pub(crate) async fn complete<E: Executor>(
     // The credential's own scope comes back with the answer: the outcome
     // is counted on it without a second look-up.
     let (completion, primary) = work.await;
-    let scope = engine.decided_on(credential, &completion.outcome, primary);
-    finish(engine, &call, &credential.name, scope, completion, started)
+    conclude(completion, primary)
 }
 
 /// Steps 2 to 9 for a call that is not answered by its turn, from `at`
