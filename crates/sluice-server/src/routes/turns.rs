@@ -78,7 +78,7 @@ pub(crate) async fn run_turn(State(state): State<AppState>, request: Request) ->
         let engine_turn = &lease.turn;
         async move {
             match prepare(inner, call) {
-                Ok(prepared) => engine_turn.complete(prepared).await.outcome,
+                Ok(prepared) => engine_turn.call(prepared).await,
                 Err(outcome) => outcome,
             }
         }
