@@ -4,8 +4,6 @@
 use std::cell::RefCell;
 use std::sync::atomic::AtomicU64;
 
-use hashbrown::{Equivalent, HashMap};
-
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
@@ -17,6 +15,10 @@ use prometheus_client::registry::Registry;
 use sluice::scope::ScopeStatus;
 use sluice::{Event, Observer, Outcome};
 use thread_local::ThreadLocal;
+
+mod handles;
+
+use handles::Handles;
 
 /// The content type of [`Metrics::encode`]'s output.
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -122,45 +124,6 @@ pub struct Metrics {
     scrape: Mutex<()>,
     /// The handles every request's events touch, per thread.
     handles: ThreadLocal<RefCell<Handles>>,
-}
-
-/// The metric handles every call's events touch, found by the events'
-/// own names: an event costs one look-up of borrowed strings on its own
-/// thread, not label strings built, hashed and looked up in each family
-/// (issue 18: seven allocations and three SipHash look-ups a request).
-/// A miss builds the labels once and keeps the family's handle. Label
-/// values are bounded (credentials and tools come from the
-/// configuration), so the caches are too.
-#[derive(Default)]
-struct Handles {
-    calls: HashMap<CallKey, Counter, FastState>,
-    upstream: HashMap<(Box<str>, Option<u16>), Counter, FastState>,
-    latency: HashMap<Box<str>, Histogram, FastState>,
-}
-
-type FastState = foldhash::fast::RandomState;
-
-/// A call's labels, owned: credential, tool, outcome status, reason.
-type CallKey = (Box<str>, Box<str>, &'static str, &'static str);
-
-/// A call's labels, borrowed from its event, to find its counter by.
-#[derive(Hash)]
-struct CallRef<'a>(&'a str, &'a str, &'a str, &'a str);
-
-impl Equivalent<CallKey> for CallRef<'_> {
-    fn equivalent(&self, key: &CallKey) -> bool {
-        *key.0 == *self.0 && *key.1 == *self.1 && key.2 == self.2 && key.3 == self.3
-    }
-}
-
-/// An upstream answer's labels, borrowed.
-#[derive(Hash)]
-struct UpstreamRef<'a>(&'a str, Option<u16>);
-
-impl Equivalent<(Box<str>, Option<u16>)> for UpstreamRef<'_> {
-    fn equivalent(&self, key: &(Box<str>, Option<u16>)) -> bool {
-        *key.0 == *self.0 && key.1 == self.1
-    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -340,24 +303,15 @@ impl Metrics {
     /// missing argument), as the engine's own outcomes are counted.
     pub fn record_outcome(&self, credential: &str, tool: &str, outcome: &Outcome) {
         let (status, reason) = (outcome.status(), reason(outcome));
+        let labels = || CallLabels {
+            credential: credential.to_owned(),
+            tool: tool.to_owned(),
+            outcome: status.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let made = || self.calls.get_or_create(&labels()).clone();
         let mut handles = self.handles().borrow_mut();
-        let found = CallRef(credential, tool, status, reason);
-        if let Some(counter) = handles.calls.get(&found) {
-            counter.inc();
-            return;
-        }
-        let counter = self
-            .calls
-            .get_or_create(&CallLabels {
-                credential: credential.to_owned(),
-                tool: tool.to_owned(),
-                outcome: status.to_owned(),
-                reason: reason.to_owned(),
-            })
-            .clone();
-        counter.inc();
-        let key = (Box::from(credential), Box::from(tool), status, reason);
-        handles.calls.insert(key, counter);
+        handles.count_call((credential, tool), (status, reason), made);
     }
 
     /// This thread's cache of handles.
@@ -369,33 +323,21 @@ impl Metrics {
     /// `credential`, and its latency.
     fn record_upstream(&self, credential: &str, status: Option<u16>, latency: f64) {
         let mut handles = self.handles().borrow_mut();
-        match handles.upstream.get(&UpstreamRef(credential, status)) {
-            Some(counter) => {
-                counter.inc();
-            }
-            None => {
-                let labels = UpstreamLabels {
-                    credential: credential.to_owned(),
-                    status: status.map_or_else(|| "error".to_owned(), |s| s.to_string()),
-                };
-                let counter = self.upstream.get_or_create(&labels).clone();
-                counter.inc();
-                handles
-                    .upstream
-                    .insert((Box::from(credential), status), counter);
-            }
-        }
-        match handles.latency.get(credential) {
-            Some(histogram) => histogram.observe(latency),
-            None => {
-                let labels = CredentialLabels {
-                    credential: credential.to_owned(),
-                };
-                let histogram = self.upstream_latency.get_or_create(&labels).clone();
-                histogram.observe(latency);
-                handles.latency.insert(Box::from(credential), histogram);
-            }
-        }
+        let made = || {
+            let labels = UpstreamLabels {
+                credential: credential.to_owned(),
+                status: status.map_or_else(|| "error".to_owned(), |s| s.to_string()),
+            };
+            self.upstream.get_or_create(&labels).clone()
+        };
+        handles.count_upstream(credential, status, made);
+        let made = || {
+            let labels = CredentialLabels {
+                credential: credential.to_owned(),
+            };
+            self.upstream_latency.get_or_create(&labels).clone()
+        };
+        handles.observe_latency(credential, latency, made);
     }
 
     /// The Prometheus text, with the scope gauges set from `scopes`, and the
@@ -692,65 +634,5 @@ mod tests {
         // A scope that is gone disappears from the gauges.
         let text = metrics.encode(&[], None);
         assert!(!text.contains("sluice_in_flight{"), "{text}");
-    }
-
-    /// Issue 18: the counters a request touches are found again by the
-    /// event's names, on any thread, and count into the same series as a
-    /// first event's labels made: one entry each, whatever the repeats.
-    #[test]
-    fn repeated_events_count_into_one_series_each() {
-        let metrics = std::sync::Arc::new(Metrics::new());
-        let observe = |metrics: &Metrics| {
-            let ok = Outcome::Ok {
-                http_status: 200,
-                body: serde_json::Value::Null,
-            };
-            let shed =
-                Outcome::rate_limited("api_key", Reason::Shed, Duration::from_millis(5), Some(1));
-            for _ in 0..3 {
-                for (tool, outcome) in [("search", &ok), ("search", &shed), ("get", &ok)] {
-                    metrics.observe(&Event::Outcome {
-                        credential: "support",
-                        tool,
-                        outcome,
-                        coalesced: false,
-                        elapsed: Duration::ZERO,
-                    });
-                }
-                for status in [Some(200), None] {
-                    metrics.observe(&Event::Request {
-                        credential: "support",
-                        tool: "search",
-                        status,
-                        latency: Duration::from_millis(2),
-                    });
-                }
-            }
-        };
-        observe(&metrics);
-        let other = metrics.clone();
-        std::thread::spawn(move || observe(&other)).join().unwrap();
-        {
-            let handles = metrics.handles().borrow();
-            assert_eq!(
-                (
-                    handles.calls.len(),
-                    handles.upstream.len(),
-                    handles.latency.len()
-                ),
-                (3, 2, 1)
-            );
-        }
-        let text = metrics.encode(&[], None);
-        for line in [
-            r#"sluice_calls_total{credential="support",tool="search",outcome="ok",reason=""} 6"#,
-            r#"sluice_calls_total{credential="support",tool="search",outcome="rate_limited",reason="shed"} 6"#,
-            r#"sluice_calls_total{credential="support",tool="get",outcome="ok",reason=""} 6"#,
-            r#"sluice_upstream_requests_total{credential="support",status="200"} 6"#,
-            r#"sluice_upstream_requests_total{credential="support",status="error"} 6"#,
-            r#"sluice_upstream_latency_seconds_count{credential="support"} 12"#,
-        ] {
-            assert!(text.contains(line), "{line}\n{text}");
-        }
     }
 }
