@@ -15,9 +15,13 @@ pub(crate) use admission::AdmittedNow;
 pub(crate) use admission::Permit;
 pub use drain::drain_estimate;
 pub(crate) use registry::Registry;
-pub(crate) use seats::{GrantHome, Holding, Scopes, Seats, Slots};
+pub(crate) use seats::{GrantHome, Holding, Seats, Slots};
 pub use shadow::ShadowStatus;
 pub(crate) use spend::{Ask, Deferred, Ticket};
 pub use spend::{UnitStatus, WindowStatus};
 pub use state::ScopeStatus;
 pub(crate) use state::{Adapted, Held, Scope};
+
+/// A call's scopes: the credential's own, and maybe its group's; inline
+/// for two.
+pub(crate) type Scopes = smallvec::SmallVec<[std::sync::Arc<Scope>; 2]>;

@@ -19,10 +19,6 @@ pub(crate) type GrantHome = (Arc<dyn SharedBudget>, Arc<str>);
 /// dearer than the allocation it saved (callgrind, issue 18).
 pub(crate) type Slots = Vec<(Arc<Scope>, Ticket)>;
 
-/// A call's scopes: the credential's own, and maybe its group's; inline
-/// for two.
-pub(crate) type Scopes = smallvec::SmallVec<[Arc<Scope>; 2]>;
-
 /// Everything a waiting call holds for its start.
 pub(crate) struct Holding {
     pub(crate) local: Slots,
