@@ -132,7 +132,6 @@ if budgets_only:
 
 limiter = criterion(read("limiter.txt"))
 gate = criterion(read("gate.txt"))
-memory = re.search(r"memory per idle scope: (\d+) bytes \((\d+) scopes", read("gate.txt"))
 # The memory bench's allocation count (issue 18), when the run had it.
 allocated = (re.search(r"allocated per idle scope: (\d+) bytes in ([\d.]+) blocks \((\d+) scopes", read("memory.txt"))
              if os.path.exists(os.path.join(results, "memory.txt")) else None)
@@ -246,8 +245,6 @@ for key in ["gate call, no wait/write (admission, permit, reservation, outcome)"
             "keyed scopes/call on one of 1,000,000 idle credentials",
             "keyed scopes/call on the only credential"]:
     w(f"| {key.split('/', 1)[1]} | {ns(key, gate)} |")
-if memory:
-    w(f"| memory per idle scope ({int(memory.group(2)):,} scopes, RSS delta) | {memory.group(1)} bytes |")
 if allocated:
     w(f"| memory per idle scope ({int(allocated.group(3)):,} scopes, bytes allocated and kept) | "
       f"{allocated.group(1)} bytes in {allocated.group(2)} blocks |")
