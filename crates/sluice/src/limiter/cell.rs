@@ -203,12 +203,27 @@ pub struct WindowUsage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimiterCell {
     algorithm: Algorithm,
-    /// Further windows, as configured: always exact. A boxed slice, as
-    /// they never change after the cell is made (16 bytes, not a `Vec`'s 24).
-    extra: Box<[SlidingWindow]>,
+    /// Further windows and what the server said, made when the cell is
+    /// made with further windows or first hears the server: most cells
+    /// have neither, and an idle scope should stay small (issue 18).
+    /// Never dropped once made, so that a voided reservation stays void.
+    further: Option<Box<Further>>,
+}
+
+/// What few cells have: further windows, and what the server said (a
+/// penalty, a budget, a spent quota, and how often waiting reservations
+/// were voided).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Further {
+    /// Further windows, as configured: always exact.
+    windows: Box<[SlidingWindow]>,
     /// No start before this (a server penalty).
     penalty_until: Micros,
     server: Option<ServerBudget>,
+    /// The quota is spent until this instant (0: not exhausted). Kept
+    /// apart from the penalty: it ends calls as `quota_exhausted` instead
+    /// of holding starts back.
+    quota_until: Micros,
     /// Bumped whenever waiting reservations are voided.
     generation: u64,
 }
@@ -226,7 +241,12 @@ impl LimiterCell {
             return Self::unlimited();
         };
         let mut cell = Self::new(*first, burst);
-        cell.extra = rest.iter().map(|rate| SlidingWindow::new(*rate)).collect();
+        if !rest.is_empty() {
+            cell.further = Some(Box::new(Further {
+                windows: rest.iter().map(|rate| SlidingWindow::new(*rate)).collect(),
+                ..Further::default()
+            }));
+        }
         cell
     }
 
@@ -238,10 +258,7 @@ impl LimiterCell {
     fn with(algorithm: Algorithm) -> Self {
         LimiterCell {
             algorithm,
-            extra: Box::default(),
-            penalty_until: 0,
-            server: None,
-            generation: 0,
+            further: None,
         }
     }
 
@@ -268,10 +285,50 @@ impl LimiterCell {
 
     /// The most one start can spend: the smallest window's count (or burst).
     pub fn capacity(&self) -> u64 {
-        self.extra
+        self.extra()
             .iter()
             .map(SlidingWindow::capacity)
             .fold(self.algorithm.capacity(), u64::min)
+    }
+
+    fn further_mut(&mut self) -> &mut Further {
+        self.further.get_or_insert_default()
+    }
+
+    /// The further windows (none on most cells).
+    fn extra(&self) -> &[SlidingWindow] {
+        self.further
+            .as_deref()
+            .map_or(&[], |further| &further.windows)
+    }
+
+    fn extra_mut(&mut self) -> &mut [SlidingWindow] {
+        match self.further.as_deref_mut() {
+            Some(further) => &mut further.windows,
+            None => &mut [],
+        }
+    }
+
+    fn penalty_until(&self) -> Micros {
+        self.further
+            .as_ref()
+            .map_or(0, |further| further.penalty_until)
+    }
+
+    fn server(&self) -> Option<ServerBudget> {
+        self.further.as_ref().and_then(|further| further.server)
+    }
+
+    fn server_mut(&mut self) -> Option<&mut ServerBudget> {
+        self.further
+            .as_mut()
+            .and_then(|further| further.server.as_mut())
+    }
+
+    fn generation(&self) -> u64 {
+        self.further
+            .as_ref()
+            .map_or(0, |further| further.generation)
     }
 
     fn earliest_after(
@@ -281,7 +338,7 @@ impl LimiterCell {
         amount: u64,
     ) -> (Micros, Binding) {
         self.expire(now);
-        let server = match self.server {
+        let server = match self.server() {
             Some(budget) if budget.remaining < amount.max(1) => budget.reset_at(),
             _ => now,
         };
@@ -290,7 +347,7 @@ impl LimiterCell {
         // window's earliest is max(floor, a bound of its own), so one pass
         // over them finds the start they all allow.
         let asked = not_before.max(now);
-        let floor = asked.max(server).max(self.penalty_until);
+        let floor = asked.max(server).max(self.penalty_until());
         let mut binding = if floor > asked {
             Binding::Server
         } else {
@@ -299,7 +356,7 @@ impl LimiterCell {
         let mut at = floor;
         let first = self.algorithm.earliest(now, floor, amount);
         let further = self
-            .extra
+            .extra_mut()
             .iter_mut()
             .map(|window| window.earliest_for(now, floor, amount));
         for (index, earliest) in std::iter::once(first).chain(further).enumerate() {
@@ -316,15 +373,15 @@ impl LimiterCell {
     /// in front of reservations already made if there is room there.
     pub fn fits_at(&mut self, now: Micros, at: Micros, amount: u64) -> bool {
         self.expire(now);
-        let server_allows = match self.server {
+        let server_allows = match self.server() {
             Some(budget) => budget.remaining >= amount.max(1) || at >= budget.reset_at(),
             None => true,
         };
         server_allows
-            && at >= self.penalty_until
+            && at >= self.penalty_until()
             && self.algorithm.fits_at(now, at, amount)
             && self
-                .extra
+                .extra_mut()
                 .iter_mut()
                 .all(|window| window.fits_at(now, at, amount))
     }
@@ -359,10 +416,10 @@ impl LimiterCell {
     /// [`LimiterCell::earliest_for`] of at most `start` allowed.
     pub fn charge_at(&mut self, start: Micros, amount: u64) -> Reservation {
         let gcra = self.algorithm.charge(start, amount);
-        for window in &mut self.extra {
+        for window in self.extra_mut() {
             window.charge_n(start, amount);
         }
-        let server_charged = match &mut self.server {
+        let server_charged = match self.server_mut() {
             Some(budget) if start < budget.reset_at() => {
                 let charged = budget.remaining.min(amount);
                 budget.remaining -= charged;
@@ -373,7 +430,7 @@ impl LimiterCell {
         Reservation {
             start,
             amount,
-            generation: self.generation,
+            generation: self.generation(),
             gcra,
             server_charged,
         }
@@ -381,16 +438,16 @@ impl LimiterCell {
 
     /// Gives back a reservation that was not used. A voided one is ignored.
     pub fn refund(&mut self, reservation: &Reservation) {
-        if reservation.generation != self.generation {
+        if reservation.generation != self.generation() {
             return;
         }
         self.algorithm
             .refund(reservation.start, reservation.amount, reservation.gcra);
-        for window in &mut self.extra {
+        for window in self.extra_mut() {
             window.refund_n(reservation.start, reservation.amount);
         }
         if reservation.server_charged > 0
-            && let Some(budget) = &mut self.server
+            && let Some(budget) = self.server_mut()
             && reservation.start < budget.reset_at()
         {
             budget.remaining += reservation.server_charged;
@@ -401,7 +458,8 @@ impl LimiterCell {
     /// was voided, and in a bucket window they are the last charges made
     /// (an exact window takes any start back).
     pub fn gives_back_exactly(&self, reservations: &[&Reservation]) -> bool {
-        if reservations.iter().any(|r| r.generation != self.generation) {
+        let generation = self.generation();
+        if reservations.iter().any(|r| r.generation != generation) {
             return false;
         }
         match &self.algorithm {
@@ -413,7 +471,7 @@ impl LimiterCell {
     /// Gives back every one of `reservations`, each bucket window's latest
     /// charge first (exact when [`LimiterCell::gives_back_exactly`] holds).
     pub fn refund_all(&mut self, reservations: &[&Reservation]) {
-        let generation = self.generation;
+        let generation = self.generation();
         let current: Vec<&Reservation> = reservations
             .iter()
             .copied()
@@ -427,12 +485,12 @@ impl LimiterCell {
                 }
             }
         }
-        for window in &mut self.extra {
+        for window in self.extra_mut() {
             for reservation in &current {
                 window.refund_n(reservation.start, reservation.amount);
             }
         }
-        if let Some(budget) = &mut self.server {
+        if let Some(budget) = self.server_mut() {
             for reservation in &current {
                 if reservation.start < budget.reset_at() {
                     budget.remaining += reservation.server_charged;
@@ -448,10 +506,10 @@ impl LimiterCell {
             return;
         }
         self.algorithm.adjust(start, delta);
-        for window in &mut self.extra {
+        for window in self.extra_mut() {
             window.adjust(start, delta);
         }
-        if let Some(budget) = &mut self.server
+        if let Some(budget) = self.server_mut()
             && start < budget.reset_at()
         {
             budget.remaining = if delta > 0 {
@@ -464,7 +522,7 @@ impl LimiterCell {
 
     /// True while `reservation` still holds: no penalty or block voided it.
     pub fn is_current(&self, reservation: &Reservation) -> bool {
-        reservation.generation == self.generation
+        reservation.generation == self.generation()
     }
 
     /// The server rejected us and asked for a wait: nothing starts before
@@ -475,7 +533,8 @@ impl LimiterCell {
             return;
         }
         self.void_waiting(now);
-        self.penalty_until = self.penalty_until.max(until);
+        let further = self.further_mut();
+        further.penalty_until = further.penalty_until.max(until);
         // Only the first window (the rate in force) restarts empty: the
         // longer ones keep what they counted, which still binds.
         self.algorithm.restart_empty(until);
@@ -491,16 +550,16 @@ impl LimiterCell {
         if remaining == 0 {
             self.void_waiting(now);
         }
-        self.server = Some(ServerBudget {
+        self.further_mut().server = Some(ServerBudget {
             remaining,
             reset_at,
         });
     }
 
     fn void_waiting(&mut self, now: Micros) {
-        self.generation += 1;
+        self.further_mut().generation += 1;
         self.algorithm.drop_future(now);
-        for window in &mut self.extra {
+        for window in self.extra_mut() {
             window.drop_future(now);
         }
     }
@@ -522,19 +581,36 @@ impl LimiterCell {
         };
     }
 
+    /// The server said the quota is spent until `until`: true if it was
+    /// not already at `now`.
+    pub fn exhaust(&mut self, until: Micros, now: Micros) -> bool {
+        let fresh = self.quota_until(now).is_none();
+        let further = self.further_mut();
+        further.quota_until = further.quota_until.max(until);
+        fresh
+    }
+
+    /// When the spent quota resets, if it is spent at `now`.
+    pub fn quota_until(&self, now: Micros) -> Option<Micros> {
+        self.further
+            .as_ref()
+            .map(|further| further.quota_until)
+            .filter(|&until| until > now)
+    }
+
     /// The instant the server blocked this cell until, if still ahead of `now`.
     pub fn blocked_until(&self, now: Micros) -> Option<Micros> {
         let server = self
-            .server
+            .server()
             .filter(|budget| budget.remaining == 0)
             .map_or(0, |budget| budget.reset_at());
-        let until = self.penalty_until.max(server);
+        let until = self.penalty_until().max(server);
         (until > now).then_some(until)
     }
 
     /// What the server last reported as remaining, while its window lasts.
     pub fn server_remaining(&self, now: Micros) -> Option<(u64, Micros)> {
-        self.server
+        self.server()
             .filter(|budget| budget.reset_at() > now)
             .map(|budget| (budget.remaining, budget.reset_at()))
     }
@@ -542,7 +618,7 @@ impl LimiterCell {
     /// Each window's use at `now`, first window first (`None`: no rate of its own).
     pub fn usage(&self, now: Micros) -> Vec<Option<WindowUsage>> {
         let further = self
-            .extra
+            .extra()
             .iter()
             .map(|window| Some(window_usage(window, now)));
         let first = self.algorithm.usage(now);
@@ -554,13 +630,19 @@ impl LimiterCell {
 
     /// True when the cell is indistinguishable from a fresh one from `now` on.
     pub fn is_idle(&self, now: Micros) -> bool {
-        let own = self.algorithm.is_idle(now) && self.extra.iter().all(|w| w.is_idle(now));
-        own && self.penalty_until <= now && self.server.is_none_or(|b| b.reset_at() <= now)
+        let own = self.algorithm.is_idle(now) && self.extra().iter().all(|w| w.is_idle(now));
+        own && self.penalty_until() <= now
+            && self.server().is_none_or(|b| b.reset_at() <= now)
+            && self.quota_until(now).is_none()
     }
 
     fn expire(&mut self, now: Micros) {
-        if self.server.is_some_and(|budget| budget.reset_at() <= now) {
-            self.server = None;
+        if let Some(further) = &mut self.further
+            && further
+                .server
+                .is_some_and(|budget| budget.reset_at() <= now)
+        {
+            further.server = None;
         }
     }
 }
@@ -573,6 +655,27 @@ mod tests {
 
     fn cell(rate: &str) -> LimiterCell {
         LimiterCell::new(rate.parse().unwrap(), None)
+    }
+
+    #[test]
+    fn a_spent_quota_holds_no_start_back_but_keeps_the_cell_until_it_resets() {
+        let mut c = cell("2/1s");
+        assert!(c.is_idle(0));
+        assert_eq!(c.quota_until(0), None);
+        assert!(c.exhaust(5_000 * MS, 0), "the first report is news");
+        // A second report keeps the later reset, and is not news.
+        assert!(!c.exhaust(3_000 * MS, MS));
+        assert_eq!(c.quota_until(MS), Some(5_000 * MS));
+        // The quota ends calls elsewhere; the cell's starts are not held.
+        assert_eq!(c.reserve(MS, MS, 0).unwrap().start(), MS);
+        assert!(
+            !c.is_idle(2_000 * MS),
+            "forgetting the cell would forget the quota"
+        );
+        assert_eq!(c.quota_until(5_000 * MS), None);
+        assert!(c.is_idle(5_000 * MS));
+        // Spent again after the reset: news again.
+        assert!(c.exhaust(9_000 * MS, 6_000 * MS));
     }
 
     #[test]

@@ -27,6 +27,11 @@ impl SentLog {
     /// Logs a start at `at`, forgetting what no window of length `window`
     /// ending in the last minute can see any more.
     pub(crate) fn record(&mut self, at: Micros, window: Micros) {
+        if self.starts.capacity() == 0 {
+            // A scope called once holds one start: its first block holds
+            // just that one (issue 18, the memory of an idle scope).
+            self.starts.reserve_exact(1);
+        }
         // Starts are logged as they are sent, nearly in order: most go
         // at the end.
         if self.starts.back().is_none_or(|&last| last <= at) {

@@ -1,9 +1,9 @@
 //! The bounded queue in front of a scope's concurrency permits, with a cap that can move.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use once_cell::race::OnceBox;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -40,7 +40,7 @@ pub(crate) struct Admission {
     queued: AtomicU32,
     /// The callers waiting, made on the first that has to: an uncontended
     /// scope never pays for the queue (issue 18).
-    waiters: OnceLock<Box<Queue>>,
+    waiters: OnceBox<Queue>,
 }
 
 /// The waiting callers, and the wake-up of the one contending for the
@@ -68,7 +68,7 @@ impl Admission {
             out: AtomicU32::new(0),
             queue,
             queued: AtomicU32::new(0),
-            waiters: OnceLock::new(),
+            waiters: OnceBox::new(),
         }
     }
 

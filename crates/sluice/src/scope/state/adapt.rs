@@ -26,15 +26,18 @@ impl Scope {
     pub(crate) fn learn(&self, stated: Rate) -> Adapted {
         let mut state = self.state();
         let before = state.limit.effective();
-        let lower = state.limit.learned.is_none_or(|learned| learned != stated);
+        let lower = state
+            .limit
+            .learned()
+            .is_none_or(|learned| learned != stated);
         if lower {
-            state.limit.learned = Some(stated);
+            state.limit.set_learned(stated);
             let ceiling = [state.limit.configured, Some(stated)]
                 .into_iter()
                 .flatten()
                 .map(|rate| rate.per_sec())
                 .min_by(f64::total_cmp);
-            if let Some(aimd) = &mut state.limit.auto {
+            if let Some(aimd) = state.limit.auto_mut() {
                 aimd.set_ceiling(ceiling);
             }
         }
@@ -87,7 +90,7 @@ impl Scope {
     fn probe(&self, started: Micros, now: Micros, throttled: bool) -> (Option<Option<Rate>>, bool) {
         let mut state = self.state();
         let before = state.limit.effective();
-        let (changed, slow_start) = match &mut state.limit.auto {
+        let (changed, slow_start) = match state.limit.auto_mut() {
             Some(aimd) => {
                 let slow_start = aimd.in_slow_start();
                 (
@@ -109,7 +112,7 @@ impl Scope {
     /// Little's law: the cap follows the rate in force times the smoothed
     /// latency, at least 1, at most the configured bound.
     pub(super) fn adjust_cap(&self) -> Option<u32> {
-        let (bound, admission) = (self.auto_cap?, self.admission.as_ref()?);
+        let (bound, admission) = (self.auto_bound()?, self.admission()?);
         let rate = self.state().limit.effective()?;
         let latency = self.latency();
         let mut cap = littles_law(rate, latency).min(bound);
@@ -122,9 +125,14 @@ impl Scope {
         })
     }
 
+    /// Under `max_in_flight = "auto"`, the bound the cap follows up to.
+    fn auto_bound(&self) -> Option<u32> {
+        self.auto_cap.then_some(self.configured_cap)
+    }
+
     /// The cap the configuration (or `"auto"`) allows, ignoring rejections.
     fn ceiling(&self) -> u32 {
-        let auto = self.auto_cap.and_then(|bound| {
+        let auto = self.auto_bound().and_then(|bound| {
             let state = self.state();
             Some(littles_law(state.limit.effective()?, self.latency()).min(bound))
         });
@@ -134,7 +142,7 @@ impl Scope {
     /// The server refused a request for too many in flight: the cap drops
     /// below what was running. Returns the new cap (admission scopes only).
     pub(crate) fn on_concurrency_rejection(&self) -> Option<u32> {
-        let admission = self.admission.as_ref()?;
+        let admission = self.admission()?;
         let cap = self
             .rare()
             .crowding
@@ -147,7 +155,7 @@ impl Scope {
     /// A request was accepted: a lowered cap climbs back by one once as
     /// many requests as it allows have succeeded. Returns the new cap.
     pub(crate) fn on_accepted(&self) -> Option<u32> {
-        let admission = self.admission.as_ref()?;
+        let admission = self.admission()?;
         // Never rejected, never lowered: nothing to climb back.
         let rare = self.rare.get()?;
         let ceiling = self.ceiling();

@@ -62,7 +62,7 @@ impl Drop for Held {
     fn drop(&mut self) {
         self.scope.in_flight.fetch_sub(1, Ordering::SeqCst);
         if self.permit
-            && let Some(admission) = &self.scope.admission
+            && let Some(admission) = self.scope.admission()
         {
             admission.release_detached();
         }

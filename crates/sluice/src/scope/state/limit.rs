@@ -12,22 +12,79 @@ use crate::adapt::Aimd;
 pub(super) struct Limit {
     pub(super) configured: Option<Rate>,
     pub(super) burst: Option<NonZeroU32>,
-    pub(super) learned: Option<Rate>,
-    /// Boxed: few scopes probe, and an idle scope should stay small.
-    pub(super) auto: Option<Box<Aimd>>,
-    pub(super) margin: Duration,
+    /// The learned and probed rates, in one block made when a scope first
+    /// has either: most scopes have neither, and an idle scope should stay
+    /// small (issue 18).
+    adaptive: Option<Box<Adaptive>>,
+    /// The margin in nanoseconds: 8 bytes where a `Duration` takes 16.
+    margin: u64,
     /// The rate lives in a shared budget; the local cell only mirrors the server.
     pub(super) shared: bool,
 }
 
+/// What a scope learned from the server, and its auto controller.
+#[derive(Debug, Default)]
+struct Adaptive {
+    learned: Option<Rate>,
+    auto: Option<Aimd>,
+}
+
 impl Limit {
+    pub(super) fn new(
+        configured: Option<Rate>,
+        burst: Option<NonZeroU32>,
+        auto: Option<Aimd>,
+        margin: Duration,
+        shared: bool,
+    ) -> Self {
+        Limit {
+            configured,
+            burst,
+            adaptive: auto.map(|auto| {
+                Box::new(Adaptive {
+                    learned: None,
+                    auto: Some(auto),
+                })
+            }),
+            margin: u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX),
+            shared,
+        }
+    }
+
+    pub(super) fn margin(&self) -> Duration {
+        Duration::from_nanos(self.margin)
+    }
+
+    /// The rate the server stated, if it stated one.
+    pub(super) fn learned(&self) -> Option<Rate> {
+        self.adaptive.as_ref().and_then(|adaptive| adaptive.learned)
+    }
+
+    pub(super) fn set_learned(&mut self, rate: Rate) {
+        self.adaptive.get_or_insert_default().learned = Some(rate);
+    }
+
+    /// The `rate = "auto"` controller, on a scope that probes.
+    pub(super) fn auto(&self) -> Option<&Aimd> {
+        self.adaptive.as_ref()?.auto.as_ref()
+    }
+
+    pub(super) fn auto_mut(&mut self) -> Option<&mut Aimd> {
+        self.adaptive.as_mut()?.auto.as_mut()
+    }
+
+    /// Only what was configured: nothing learned, nothing probed.
+    pub(super) fn is_configured_only(&self) -> bool {
+        self.adaptive.is_none()
+    }
+
     pub(super) fn effective(&self) -> Option<Rate> {
         // Most scopes only have what was configured (asked three times a call).
-        if self.learned.is_none() && self.auto.is_none() {
+        let Some(adaptive) = &self.adaptive else {
             return self.configured;
-        }
-        let auto = self.auto.as_ref().map(|aimd| rate_of(aimd.rate()));
-        [self.configured, self.learned, auto]
+        };
+        let auto = adaptive.auto.as_ref().map(|aimd| rate_of(aimd.rate()));
+        [self.configured, adaptive.learned, auto]
             .into_iter()
             .flatten()
             .min_by(|a, b| a.per_sec().total_cmp(&b.per_sec()))
@@ -35,7 +92,7 @@ impl Limit {
 
     /// The rate the cells enforce: the effective one, widened by the margin.
     pub(super) fn enforced(&self) -> Option<Rate> {
-        self.effective().map(|rate| rate.widened(self.margin))
+        self.effective().map(|rate| rate.widened(self.margin()))
     }
 
     /// Burst applies to the configured rate only; learned and auto rates

@@ -1,9 +1,10 @@
 //! One scope at run time: its limiter cell, what it learned, its admission, its counters.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use once_cell::race::OnceBox;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
@@ -61,8 +62,6 @@ struct State {
     /// Further windows, units and the low share (issue 14).
     budgets: Budgets,
     limit: Limit,
-    /// The scope's quota is spent until this instant (0: not exhausted).
-    quota_until: Micros,
     /// Requests really sent (in shadow mode, more than the cell admitted).
     sent: SentLog,
 }
@@ -91,6 +90,9 @@ struct Rare {
     crowding: Mutex<Crowding>,
     /// Shadow mode: what enforcing would have done.
     shadow: ShadowCounters,
+    /// Calls that did not end `ok`, by outcome (in the order of
+    /// `OUTCOME_KINDS` after `ok`): most scopes see nearly none.
+    failures: [AtomicU64; OUTCOME_KINDS.len() - 1],
 }
 
 /// One bucket: a credential's `api_key` scope (with admission), or a scope
@@ -100,9 +102,16 @@ pub(crate) struct Scope {
     pub(crate) credential: Arc<str>,
     pub(crate) name: Arc<str>,
     state: Mutex<State>,
-    admission: Option<Admission>,
-    /// `max_in_flight = "auto"`: the cap follows rate x latency up to this bound.
-    auto_cap: Option<u32>,
+    /// The scope's admission, when `admits` (see [`Scope::admission`]): a
+    /// flag beside the other small fields instead of an `Option`'s 8
+    /// bytes of tag (issue 18, the memory of an idle scope).
+    admission: Admission,
+    /// The scope caps concurrency and queues (a credential's own scope, a
+    /// group); a scope the server reported does not.
+    admits: bool,
+    /// `max_in_flight = "auto"`: the cap follows rate x latency up to
+    /// `configured_cap`.
+    auto_cap: bool,
     /// The configured `max_in_flight` (the bound, under `"auto"`).
     configured_cap: u32,
     /// 32 bits: a process holds nowhere near 4 billion requests at once,
@@ -119,9 +128,10 @@ pub(crate) struct Scope {
     /// Whether the scope probes for its rate (`rate = "auto"`), fixed when
     /// it is made: only such a scope's answers need the state's lock.
     probes: bool,
-    outcomes: [AtomicU64; OUTCOME_KINDS.len()],
+    /// Calls that ended `ok` (the other outcomes are counted in [`Rare`]).
+    ok: AtomicU64,
     /// What few scopes ever need, made by the first call that does.
-    rare: OnceLock<Box<Rare>>,
+    rare: OnceBox<Rare>,
 }
 
 const OUTCOME_KINDS: [&str; 5] = [
@@ -144,22 +154,12 @@ impl Scope {
         let admission = Admission::new(cap, limits.queue);
         let auto = limits.auto_rate.then(|| {
             let ceiling = limits.rate.map(|rate| rate.per_sec());
-            Box::new(Aimd::new(
-                AUTO_START.min(ceiling.unwrap_or(AUTO_START)),
-                ceiling,
-                now,
-            ))
+            Aimd::new(AUTO_START.min(ceiling.unwrap_or(AUTO_START)), ceiling, now)
         });
-        let limit = Limit {
-            configured: limits.rate,
-            burst: limits.burst,
-            learned: None,
-            auto,
-            margin: limits.margin,
-            // Shadow mode spends no shared budget: it models the rate
-            // locally, on this process's own traffic (issue 20).
-            shared: limits.shared && limits.enforce,
-        };
+        // Shadow mode spends no shared budget: it models the rate locally,
+        // on this process's own traffic (issue 20).
+        let shared = limits.shared && limits.enforce;
+        let limit = Limit::new(limits.rate, limits.burst, auto, limits.margin, shared);
         let budgets = Budgets::new(
             &limits.rates(),
             limits.burst,
@@ -190,14 +190,13 @@ impl Scope {
         limits: &Limits,
         now: Micros,
     ) -> Self {
-        let limit = Limit {
-            configured: None,
-            burst: None,
-            learned: None,
-            auto: None,
-            margin: limits.margin,
-            shared: limits.shared && limits.enforce,
-        };
+        let limit = Limit::new(
+            None,
+            None,
+            None,
+            limits.margin,
+            limits.shared && limits.enforce,
+        );
         Self::build(credential, name, limit, limits, Budgets::none(), None, now)
     }
 
@@ -210,14 +209,13 @@ impl Scope {
         limits: &Limits,
         now: Micros,
     ) -> Self {
-        let limit = Limit {
-            configured: group.rates.first().copied(),
-            burst: group.burst,
-            learned: None,
-            auto: None,
-            margin: limits.margin,
-            shared: limits.shared && limits.enforce,
-        };
+        let limit = Limit::new(
+            group.rates.first().copied(),
+            group.burst,
+            None,
+            limits.margin,
+            limits.shared && limits.enforce,
+        );
         let budgets = Budgets::new(
             &group.rates,
             group.burst,
@@ -236,7 +234,7 @@ impl Scope {
             now,
         );
         // A group's cap is its own, never `max_in_flight = "auto"`'s.
-        scope.auto_cap = None;
+        scope.auto_cap = false;
         scope
     }
 
@@ -252,14 +250,16 @@ impl Scope {
         let cell = match limit.enforced() {
             Some(rate) if !limit.shared => {
                 let mut rates = vec![rate];
-                rates.extend(budgets.further(limit.margin));
+                rates.extend(budgets.further(limit.margin()));
                 LimiterCell::windows(&rates, limit.burst())
             }
             _ => LimiterCell::unlimited(),
         };
-        let auto_cap =
-            (limits.auto_concurrency && admission.is_some()).then_some(limits.max_in_flight);
-        let probes = limit.auto.is_some();
+        let auto_cap = limits.auto_concurrency && admission.is_some();
+        let admits = admission.is_some();
+        // A scope that admits nothing keeps an empty admission it never reads.
+        let admission = admission.unwrap_or_else(|| Admission::new(0, 0));
+        let probes = limit.auto().is_some();
         Scope {
             credential,
             name,
@@ -267,10 +267,10 @@ impl Scope {
                 cell,
                 budgets,
                 limit,
-                quota_until: 0,
                 sent: SentLog::default(),
             }),
             admission,
+            admits,
             auto_cap,
             configured_cap: limits.max_in_flight,
             in_flight: AtomicU32::new(0),
@@ -278,9 +278,14 @@ impl Scope {
             last_used: AtomicU64::new(now),
             latency: AtomicU64::new(micros(limits.expected_latency)),
             probes,
-            outcomes: Default::default(),
-            rare: OnceLock::new(),
+            ok: AtomicU64::new(0),
+            rare: OnceBox::new(),
         }
+    }
+
+    /// The scope's admission, if it caps concurrency.
+    pub(super) fn admission(&self) -> Option<&Admission> {
+        self.admits.then_some(&self.admission)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -328,7 +333,7 @@ impl Scope {
         deadline: &Deadline,
         priority: Priority,
     ) -> Result<Admitted<'_>, Outcome> {
-        let Some(admission) = &self.admission else {
+        let Some(admission) = self.admission() else {
             return Ok(Admitted::now(None));
         };
         if let Some(permit) = admission.try_admit() {
@@ -354,7 +359,7 @@ impl Scope {
     /// caps nothing, `Some(permit)` when one is free and nobody waits,
     /// `None` when the call would have to queue.
     pub(crate) fn admit_at_once(&self) -> Option<Option<Permit<'_>>> {
-        match &self.admission {
+        match self.admission() {
             None => Some(None),
             Some(admission) => admission.try_admit().map(Some),
         }
@@ -363,8 +368,7 @@ impl Scope {
     /// True when the scope caps concurrency and every permit is out: a
     /// new call would queue.
     pub(crate) fn permits_exhausted(&self) -> bool {
-        self.admission
-            .as_ref()
+        self.admission()
             .is_some_and(|admission| admission.running() >= admission.cap() as usize)
     }
 
@@ -379,7 +383,7 @@ impl Scope {
         at: Instant,
         deadline: &Deadline,
     ) -> AdmittedNow<'_> {
-        let Some(admission) = &self.admission else {
+        let Some(admission) = self.admission() else {
             return AdmittedNow::Permit { permit: None };
         };
         let estimate = |ahead| self.drain_estimate(admission, ahead, now);
@@ -404,16 +408,14 @@ impl Scope {
 
     /// When the spent quota resets, if it is spent at `now`.
     pub(crate) fn quota_until(&self, now: Micros) -> Option<Micros> {
-        let state = self.state();
-        (state.quota_until > now).then_some(state.quota_until)
+        self.state().cell.quota_until(now)
     }
 
     /// What holds the scope at `now`, read under one lock: when a spent
     /// quota resets, and when the server's block ends.
     pub(crate) fn holds(&self, now: Micros) -> (Option<Micros>, Option<Micros>) {
         let state = self.state();
-        let quota = (state.quota_until > now).then_some(state.quota_until);
-        (quota, state.cell.blocked_until(now))
+        (state.cell.quota_until(now), state.cell.blocked_until(now))
     }
 
     /// When the server's block ends, if it blocks the scope at `now`.
@@ -554,10 +556,7 @@ impl Scope {
 
     /// Marks the quota spent until `until`; true if it was not already.
     pub(crate) fn exhaust(&self, until: Micros, now: Micros) -> bool {
-        let mut state = self.state();
-        let fresh = state.quota_until <= now;
-        state.quota_until = state.quota_until.max(until);
-        fresh
+        self.state().cell.exhaust(until, now)
     }
 
     /// Every window and unit budget `ask` spends on this scope, as the
@@ -565,7 +564,7 @@ impl Scope {
     /// first, cost 1), then each unit's windows at the call's cost.
     pub(crate) fn shared_windows(&self, ask: &Ask) -> Vec<crate::shared::SharedWindow> {
         let state = self.state();
-        let margin = state.limit.margin;
+        let margin = state.limit.margin();
         let requests = state
             .limit
             .enforced()
@@ -608,15 +607,13 @@ impl Scope {
     /// its cell is as good as fresh, nothing was learned, and it has been
     /// idle for `idle`.
     pub(crate) fn is_evictable(&self, now: Micros, idle: Micros) -> bool {
-        if self.in_flight() > 0 || self.admission.as_ref().is_some_and(|a| !a.is_idle()) {
+        if self.in_flight() > 0 || self.admission().is_some_and(|a| !a.is_idle()) {
             return false;
         }
         let state = self.state();
         state.cell.is_idle(now)
             && state.budgets.is_idle(now)
-            && state.quota_until <= now
-            && state.limit.learned.is_none()
-            && state.limit.auto.is_none()
+            && state.limit.is_configured_only()
             && self.last_used.load(Ordering::Relaxed).saturating_add(idle) <= now
     }
 }

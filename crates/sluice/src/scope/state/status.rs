@@ -91,7 +91,7 @@ impl Scope {
     /// `rate = "auto"` controller counts it (one lock for both).
     pub(crate) fn record_start(&self, at: Micros) {
         let mut state = self.state();
-        if let Some(aimd) = &mut state.limit.auto {
+        if let Some(aimd) = state.limit.auto_mut() {
             aimd.on_send(at);
         }
         let window = sent_window(&state.limit);
@@ -104,15 +104,32 @@ impl Scope {
     }
 
     pub(crate) fn record_outcome(&self, outcome: &Outcome) {
-        // In the order of OUTCOME_KINDS (a test pins the two together).
-        let index = match outcome {
-            Outcome::Ok { .. } => 0,
-            Outcome::RateLimited { .. } => 1,
-            Outcome::QuotaExhausted { .. } => 2,
-            Outcome::TimedOut { .. } => 3,
-            Outcome::Error { .. } => 4,
+        // The failures in the order of OUTCOME_KINDS after `ok` (a test
+        // pins the two together).
+        let failure = match outcome {
+            Outcome::Ok { .. } => {
+                self.ok.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Outcome::RateLimited { .. } => 0,
+            Outcome::QuotaExhausted { .. } => 1,
+            Outcome::TimedOut { .. } => 2,
+            Outcome::Error { .. } => 3,
         };
-        self.outcomes[index].fetch_add(1, Ordering::Relaxed);
+        self.rare().failures[failure].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls counted under each outcome, every kind present.
+    fn outcome_counts(&self) -> BTreeMap<String, u64> {
+        let rare = self.rare.get();
+        let failures = (0..OUTCOME_KINDS.len() - 1)
+            .map(|index| rare.map_or(0, |rare| rare.failures[index].load(Ordering::Relaxed)));
+        let counts = std::iter::once(self.ok.load(Ordering::Relaxed)).chain(failures);
+        OUTCOME_KINDS
+            .iter()
+            .zip(counts)
+            .map(|(kind, count)| ((*kind).to_owned(), count))
+            .collect()
     }
 
     pub(crate) fn status(&self, now: Micros) -> ScopeStatus {
@@ -127,35 +144,32 @@ impl Scope {
         let show = |rate: Option<Rate>| rate.map(|rate| rate.to_string());
         let window = sent_window(&state.limit);
         let server = state.cell.server_remaining(now);
+        let quota = state.cell.quota_until(now);
         ScopeStatus {
             credential: self.credential.to_string(),
             scope: self.name.to_string(),
             rate: show(state.limit.configured),
-            learned_rate: show(state.limit.learned),
+            learned_rate: show(state.limit.learned()),
             effective_rate: show(state.limit.effective()),
-            auto_rate: state.limit.auto.as_deref().map(Aimd::state),
+            auto_rate: state.limit.auto().map(Aimd::state),
             burst: state.limit.burst().map(NonZeroU32::get),
-            max_in_flight: self.admission.as_ref().map(Admission::cap),
-            max_in_flight_auto: self.auto_cap.is_some(),
+            max_in_flight: self.admission().map(Admission::cap),
+            max_in_flight_auto: self.auto_cap,
             max_in_flight_lowered: self.lowered_cap().is_some(),
-            queue_limit: self.admission.as_ref().map(Admission::queue),
+            queue_limit: self.admission().map(Admission::queue),
             in_flight: self.in_flight(),
             peak_in_flight: self.peak_in_flight.load(Ordering::SeqCst) as usize,
-            queued: self.admission.as_ref().map_or(0, Admission::queued),
+            queued: self.admission().map_or(0, Admission::queued),
             blocked_for_ms: state.cell.blocked_until(now).map(ms),
-            quota_exhausted: state.quota_until > now,
-            quota_resets_in_ms: (state.quota_until > now).then(|| ms(state.quota_until)),
+            quota_exhausted: quota.is_some(),
+            quota_resets_in_ms: quota.map(ms),
             server_remaining: server.map(|(remaining, _)| remaining),
             server_reset_in_ms: server.map(|(_, reset_at)| ms(reset_at)),
             sent_in_window: state.sent.in_window(now, window),
             sent_window_ms: window / 1_000,
             sent_history: state.sent.history(now, window),
             latency_ms: self.latency.load(Ordering::Relaxed) as f64 / 1_000.0,
-            outcomes: OUTCOME_KINDS
-                .iter()
-                .zip(&self.outcomes)
-                .map(|(kind, count)| ((*kind).to_owned(), count.load(Ordering::Relaxed)))
-                .collect(),
+            outcomes: self.outcome_counts(),
             shadow: self
                 .rare
                 .get()
