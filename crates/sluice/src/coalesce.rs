@@ -13,7 +13,7 @@ use hashbrown::{Equivalent, HashMap};
 
 use crate::hash::BuildFastHasher;
 use crate::limiter::{Micros, micros};
-use crate::scope::Scope;
+use crate::scope::ScopeRef;
 
 /// A read's identity within a turn: (tool, canonical payload key).
 pub(crate) type FlightKey = (Arc<str>, String);
@@ -32,7 +32,7 @@ impl Equivalent<FlightKey> for FlightRef<'_> {
 /// What a flight answers: the completion, and the scope its outcome is
 /// counted on (the credential's own, when the call got that far), so that
 /// the calls it answers count theirs without a look-up.
-pub(crate) type Answer = (Completion, Option<Arc<Scope>>);
+pub(crate) type Answer = (Completion, Option<ScopeRef>);
 
 /// One reading of the clock: as an instant (for the work's waits) and in
 /// engine microseconds (for the cache's age).
@@ -176,6 +176,7 @@ mod tests {
 
     use super::*;
     use crate::outcome::Outcome;
+    use crate::scope::Scope;
 
     fn ok() -> Answer {
         let completion = Outcome::Ok {
@@ -270,7 +271,7 @@ mod tests {
         let limits = crate::config::CredentialConfig::with_rate("1/1s".parse().unwrap())
             .resolve("k", &crate::config::Defaults::default())
             .unwrap();
-        let scope = Arc::new(Scope::primary(
+        let scope = ScopeRef::new(Scope::primary(
             Arc::from("k"),
             Arc::from("api_key"),
             &limits,
@@ -284,7 +285,7 @@ mod tests {
         assert!(!led.coalesced);
         let (cached, counted_on) = flights.answered(FlightRef("t", "ok"), clock().1).unwrap();
         assert!(cached.outcome.is_ok() && cached.coalesced);
-        assert!(counted_on.is_some_and(|counted_on| Arc::ptr_eq(&counted_on, &scope)));
+        assert!(counted_on.is_some_and(|counted_on| ScopeRef::ptr_eq(&counted_on, &scope)));
         tokio::time::advance(Duration::from_millis(1_001)).await;
         assert!(flights.answered(FlightRef("t", "ok"), clock().1).is_none());
     }

@@ -8,7 +8,7 @@ use crate::call::{Call, Route};
 use crate::config::Spend;
 use crate::limiter::Micros;
 use crate::outcome::Outcome;
-use crate::scope::{Scope, Scopes};
+use crate::scope::{Scope, ScopeRef, Scopes};
 use crate::signal::DEFAULT_SCOPE;
 
 /// What a call spends when neither it nor its tool says: its request alone.
@@ -62,7 +62,7 @@ impl<E> Engine<E> {
     pub(crate) fn scopes_of(
         &self,
         credential: &Credential,
-        primary: &Arc<Scope>,
+        primary: &ScopeRef,
         tool: &str,
         group: Option<&str>,
         now: Micros,
@@ -87,7 +87,7 @@ impl<E> Engine<E> {
         credential: &Credential,
         name: &str,
         now: Micros,
-    ) -> Option<Arc<Scope>> {
+    ) -> Option<ScopeRef> {
         let (key, limits) = credential.limits.groups.get_key_value(name)?;
         Some(self.scopes.get(&credential.name, name, now, || {
             Scope::group(
@@ -101,7 +101,7 @@ impl<E> Engine<E> {
     }
 
     /// The credential's own scope.
-    pub(crate) fn primary(&self, credential: &Credential, now: Micros) -> Arc<Scope> {
+    pub(crate) fn primary(&self, credential: &Credential, now: Micros) -> ScopeRef {
         self.scopes.get(&credential.name, DEFAULT_SCOPE, now, || {
             Scope::primary(
                 credential.name.clone(),
@@ -113,7 +113,7 @@ impl<E> Engine<E> {
     }
 
     /// The scopes the server reported for `tool` on earlier responses.
-    fn bound(&self, credential: &Credential, tool: &str, now: Micros) -> Vec<Arc<Scope>> {
+    fn bound(&self, credential: &Credential, tool: &str, now: Micros) -> Vec<ScopeRef> {
         if !credential.bound.load(Ordering::Acquire) {
             return Vec::new();
         }
@@ -129,7 +129,7 @@ impl<E> Engine<E> {
             .collect()
     }
 
-    fn reported(&self, credential: &Credential, name: &Arc<str>, now: Micros) -> Arc<Scope> {
+    fn reported(&self, credential: &Credential, name: &Arc<str>, now: Micros) -> ScopeRef {
         // A server-reported scope that names a configured group is the group.
         if let Some(group) = self.group(credential, name, now) {
             return group;
@@ -152,7 +152,7 @@ impl<E> Engine<E> {
         tool: &Arc<str>,
         name: &str,
         now: Micros,
-    ) -> Arc<Scope> {
+    ) -> ScopeRef {
         if name == DEFAULT_SCOPE {
             return self.primary(credential, now);
         }
@@ -185,8 +185,8 @@ impl<E> Engine<E> {
         &self,
         credential: &Credential,
         outcome: &Outcome,
-        primary: Option<Arc<Scope>>,
-    ) -> Option<Arc<Scope>> {
+        primary: Option<ScopeRef>,
+    ) -> Option<ScopeRef> {
         let name = match outcome {
             Outcome::RateLimited { scope, .. } | Outcome::QuotaExhausted { scope, .. } => {
                 scope.as_str()

@@ -10,7 +10,7 @@ use crate::engine::Engine;
 use crate::executor::{NoRetry, TransportError};
 use crate::outcome::{Outcome, Reason, body_value};
 use crate::retry::Failure;
-use crate::scope::Scope;
+use crate::scope::ScopeRef;
 use crate::signal::Signal;
 
 /// Longest upstream body quoted in an error outcome's message.
@@ -28,7 +28,7 @@ pub(super) struct Failed {
     pub(super) final_attempt: bool,
     response: Option<Arc<http::Response<Bytes>>>,
     message: String,
-    blamed: Arc<Scope>,
+    blamed: ScopeRef,
 }
 
 /// Sorts a response into the call's outcome, or a failure to consider
@@ -36,7 +36,7 @@ pub(super) struct Failed {
 pub(super) fn response(
     response: http::Response<Bytes>,
     signal: &Signal,
-    blamed: Arc<Scope>,
+    blamed: ScopeRef,
     kept: bool,
 ) -> Result<Completion, Failed> {
     let status = response.status();
@@ -81,7 +81,7 @@ pub(super) fn response(
 }
 
 /// A request that got no response, blamed on the credential's own scope.
-pub(super) fn transport(error: TransportError, primary: &Arc<Scope>) -> Failed {
+pub(super) fn transport(error: TransportError, primary: &ScopeRef) -> Failed {
     Failed {
         kind: if error.not_sent {
             Failure::NotSent

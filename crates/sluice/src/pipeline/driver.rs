@@ -1,6 +1,5 @@
 //! Steps 1 to 9 of DESIGN.md for one call, in order; each step's rules live in the file it calls.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -18,7 +17,7 @@ use crate::executor::{Executor, Payload, Request, Streaming};
 use crate::limiter::{Micros, micros};
 use crate::observe::{Event, WaitKind};
 use crate::outcome::{Outcome, Reason};
-use crate::scope::{AdmittedNow, Permit, Scope};
+use crate::scope::{AdmittedNow, Permit, Scope, ScopeRef};
 
 /// Runs one call of `turn` to its outcome: never fails, never outlives the deadline.
 pub(crate) async fn complete<E: Executor>(
@@ -40,7 +39,7 @@ pub(crate) async fn complete<E: Executor>(
     };
     // Step 9 for any completion: counted on the scope its outcome names,
     // else on `scope` (the credential's own, when the call holds it).
-    let conclude = |completion: Completion, scope: Option<Arc<Scope>>| {
+    let conclude = |completion: Completion, scope: Option<ScopeRef>| {
         let scope = engine.decided_on(credential, &completion.outcome, scope);
         finish(engine, &call, &credential.name, scope, completion, started)
     };
@@ -135,7 +134,7 @@ async fn execute<E: Executor>(
     job: &Job<'_, E::Payload>,
     shared: bool,
     (at, now): (Instant, Micros),
-) -> (Completion, Arc<Scope>) {
+) -> (Completion, ScopeRef) {
     let primary = engine.primary(job.credential, now);
     let completion = attempts(engine, turn, job, shared, &primary, (at, now)).await;
     (completion, primary)
@@ -147,7 +146,7 @@ async fn attempts<E: Executor>(
     turn: &TurnState,
     job: &Job<'_, E::Payload>,
     shared: bool,
-    primary: &Arc<Scope>,
+    primary: &ScopeRef,
     (at, now): (Instant, Micros),
 ) -> Completion {
     let (mut at, mut now) = (at, now);
@@ -179,7 +178,7 @@ async fn attempts<E: Executor>(
     // Steps 3 and 4: admission, then a concurrency permit: the group's
     // first (its own queue, so an exhausted group holds nothing of the
     // credential's while it waits), then the credential's.
-    let group_scope: Option<Arc<Scope>> = group
+    let group_scope: Option<ScopeRef> = group
         .and_then(|name| scopes.iter().find(|scope| *scope.name == *name))
         .cloned();
     let (mut group_permit, mut admitted) = if shadow {
@@ -412,19 +411,19 @@ async fn admit<'s, E: Executor>(
 /// call's permit and its request in flight until the body's reader is done.
 fn hold_while_streaming(
     completion: &Completion,
-    primary: &Arc<Scope>,
+    primary: &ScopeRef,
     permit: Option<crate::scope::Permit<'_>>,
-    group: Option<(&Arc<Scope>, Option<crate::scope::Permit<'_>>)>,
+    group: Option<(&ScopeRef, Option<crate::scope::Permit<'_>>)>,
 ) {
     if let Some(marker) = completion
         .response
         .as_ref()
         .and_then(|response| response.extensions().get::<Streaming>())
     {
-        let held = primary.hold(permit);
+        let held = Scope::hold(primary, permit);
         // The group's permit and in-flight count are held as long.
         let held = match group {
-            Some((scope, permit)) => held.with(scope.hold(permit)),
+            Some((scope, permit)) => held.with(Scope::hold(scope, permit)),
             None => held,
         };
         marker.park(held);
@@ -436,7 +435,7 @@ fn finish<E: Executor>(
     engine: &Engine<E>,
     call: &Call<E::Payload>,
     credential: &str,
-    scope: Option<Arc<Scope>>,
+    scope: Option<ScopeRef>,
     completion: Completion,
     started: Instant,
 ) -> Completion {

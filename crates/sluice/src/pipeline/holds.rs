@@ -1,17 +1,16 @@
 //! Step 2: what a scope's state says before anything is reserved — a spent quota, or a server block.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::job::Job;
 use crate::limiter::Micros;
 use crate::outcome::{Outcome, Reason};
-use crate::scope::Scope;
+use crate::scope::{Scope, ScopeRef};
 
 /// A spent quota answers at once; so does a server block that is longer
 /// than the inline threshold or than the call has left at `now`.
 pub(super) fn held<P>(
-    scopes: &[Arc<Scope>],
+    scopes: &[ScopeRef],
     job: &Job<'_, P>,
     inline_wait: Duration,
     now: Micros,
@@ -39,7 +38,7 @@ pub(super) fn held<P>(
 }
 
 /// The first of `scopes` whose quota is spent, as the call's outcome.
-pub(super) fn quota_spent(scopes: &[Arc<Scope>], now: Micros) -> Option<Outcome> {
+pub(super) fn quota_spent(scopes: &[ScopeRef], now: Micros) -> Option<Outcome> {
     scopes.iter().find_map(|scope| quota(scope, now))
 }
 

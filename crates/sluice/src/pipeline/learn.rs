@@ -6,7 +6,6 @@
 //! processes too.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -18,14 +17,14 @@ use crate::config::{Priority, Settle};
 use crate::engine::{Credential, Engine};
 use crate::limiter::{Micros, micros};
 use crate::observe::Event;
-use crate::scope::{Adapted, Scope};
+use crate::scope::{Adapted, Scope, ScopeRef};
 use crate::shared::Hold;
 use crate::signal::{self, DEFAULT_SCOPE, ScopeSignal, Signal};
 
 /// What a response said, and the scope a rejection in it is blamed on.
 pub(super) struct Learned {
     pub(super) signal: Signal,
-    pub(super) blamed: Arc<Scope>,
+    pub(super) blamed: ScopeRef,
 }
 
 /// Learns from a response to a request started at `sent` that arrived at
@@ -33,7 +32,7 @@ pub(super) struct Learned {
 pub(super) fn response<E, P>(
     engine: &Engine<E>,
     job: &Job<'_, P>,
-    primary: &Arc<Scope>,
+    primary: &ScopeRef,
     response: &http::Response<Bytes>,
     sent: Micros,
     now: Micros,
@@ -87,10 +86,10 @@ fn crowding(primary: &Scope, signal: &Signal) {
 fn sync<E, P>(
     engine: &Engine<E>,
     job: &Job<'_, P>,
-    primary: &Arc<Scope>,
+    primary: &ScopeRef,
     signal: &Signal,
     now: Micros,
-) -> Arc<Scope> {
+) -> ScopeRef {
     let credential = job.credential;
     let tool = &job.call.tool;
     let quota_after = micros(engine.defaults.quota_after);

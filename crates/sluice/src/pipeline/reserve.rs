@@ -20,7 +20,7 @@ use crate::executor::Executor;
 use crate::limiter::{Micros, micros};
 use crate::observe::{Event, ShadowDecision, WaitKind};
 use crate::outcome::{Outcome, Reason};
-use crate::scope::{Deferred, GrantHome, Holding, Scope, Seats, Slots, Ticket};
+use crate::scope::{Deferred, GrantHome, Holding, Scope, ScopeRef, Seats, Slots, Ticket};
 use crate::seats::{Seated, Stood};
 use crate::shared::{
     Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
@@ -158,7 +158,7 @@ pub(super) async fn start<'a, E: Executor>(
     engine: &'a Engine<E>,
     turn: &'a TurnState,
     primary: &Scope,
-    scopes: &[Arc<Scope>],
+    scopes: &[ScopeRef],
     job: &Job<'a, E::Payload>,
     (at, now): (Instant, Micros),
     checked: bool,
@@ -378,7 +378,7 @@ pub(super) fn shadow_start<'a, E: Executor>(
     engine: &'a Engine<E>,
     turn: &'a TurnState,
     primary: &Scope,
-    scopes: &[Arc<Scope>],
+    scopes: &[ScopeRef],
     job: &Job<'a, E::Payload>,
     recorder: &mut Recorder<'_, '_, E, E::Payload>,
     (at, now): (Instant, Micros),
@@ -428,7 +428,7 @@ pub(super) fn shadow_start<'a, E: Executor>(
 async fn with_shared<'a, E, P>(
     engine: &Engine<E>,
     budget: &'a Arc<dyn SharedBudget>,
-    scopes: &[Arc<Scope>],
+    scopes: &[ScopeRef],
     job: &Job<'a, P>,
     local: Local,
     start: Micros,
@@ -486,7 +486,7 @@ async fn with_shared<'a, E, P>(
 async fn acquire<'a, E, P>(
     engine: &Engine<E>,
     budget: Option<&'a Arc<dyn SharedBudget>>,
-    scopes: &[Arc<Scope>],
+    scopes: &[ScopeRef],
     job: &Job<'a, P>,
     now: Micros,
     max_wait: Micros,
@@ -498,7 +498,7 @@ async fn acquire<'a, E, P>(
 async fn acquire_from<'a, E, P>(
     engine: &Engine<E>,
     budget: Option<&'a Arc<dyn SharedBudget>>,
-    scopes: &[Arc<Scope>],
+    scopes: &[ScopeRef],
     job: &Job<'a, P>,
     (now, not_before): (Micros, Micros),
     max_wait: Micros,
@@ -551,7 +551,7 @@ fn outrank_bucket(
 async fn outrank_shared<'a, E, P>(
     engine: &Engine<E>,
     budget: &'a Arc<dyn SharedBudget>,
-    scopes: &[Arc<Scope>],
+    scopes: &[ScopeRef],
     job: &Job<'a, P>,
     start: Micros,
     latest: Micros,
@@ -681,7 +681,7 @@ pub(super) fn next_slot<E>(engine: &Engine<E>, scope: &Scope) -> Duration {
 /// (one is blocked later than another), so the latest start wins and the
 /// others are re-reserved there; a few rounds always settle it.
 fn reserve_all<'s, P>(
-    scopes: &'s [Arc<Scope>],
+    scopes: &'s [ScopeRef],
     now: Micros,
     not_before: Micros,
     max_wait: Micros,
@@ -736,7 +736,7 @@ struct Denial {
 async fn ask_shared<'a, E, P>(
     engine: &Engine<E>,
     budget: &'a Arc<dyn SharedBudget>,
-    scopes: &[Arc<Scope>],
+    scopes: &[ScopeRef],
     job: &Job<'a, P>,
     start: Micros,
     latest: Micros,
@@ -799,7 +799,7 @@ async fn ask_shared<'a, E, P>(
 /// defers the call.
 fn mirror<E, P>(
     engine: &Engine<E>,
-    scopes: &[Arc<Scope>],
+    scopes: &[ScopeRef],
     job: &Job<'_, P>,
     denial: Denial,
 ) -> Outcome {

@@ -8,7 +8,6 @@
 //! refusal (enforcing would have stopped there), else its waits (in the
 //! queue and for a slot) as one wait.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -18,7 +17,7 @@ use crate::engine::Engine;
 use crate::limiter::Micros;
 use crate::observe::{Event, ShadowDecision};
 use crate::outcome::Outcome;
-use crate::scope::{AdmittedNow, Scope};
+use crate::scope::{AdmittedNow, Scope, ScopeRef};
 
 /// One shadow-mode call's record of what enforcing would have done.
 pub(super) struct Recorder<'r, 'j, E, P> {
@@ -29,7 +28,7 @@ pub(super) struct Recorder<'r, 'j, E, P> {
     /// Waits so far (in the queue, for a slot): one wait when the call is
     /// sent, counted on the scope of the longest of them.
     waited: Duration,
-    longest: Option<(Arc<Scope>, Duration)>,
+    longest: Option<(ScopeRef, Duration)>,
 }
 
 impl<'r, 'j, E, P> Recorder<'r, 'j, E, P> {
@@ -44,7 +43,7 @@ impl<'r, 'j, E, P> Recorder<'r, 'j, E, P> {
     }
 
     /// Enforcing would have made the call wait `wait` on `scope` here.
-    pub(super) fn wait(&mut self, scope: &Arc<Scope>, wait: Duration) {
+    pub(super) fn wait(&mut self, scope: &ScopeRef, wait: Duration) {
         self.waited = self.waited.saturating_add(wait);
         if self
             .longest
@@ -96,7 +95,7 @@ impl<'r, 'j, E, P> Recorder<'r, 'j, E, P> {
 
     /// Step 2's answer, which enforcing would have returned without
     /// sending: a deferral on the scope it names.
-    pub(super) fn held(&mut self, scopes: &[Arc<Scope>], outcome: &Outcome) {
+    pub(super) fn held(&mut self, scopes: &[ScopeRef], outcome: &Outcome) {
         let (name, wait_ms) = match outcome {
             Outcome::RateLimited {
                 scope,
@@ -120,7 +119,7 @@ impl<'r, 'j, E, P> Recorder<'r, 'j, E, P> {
     /// queue's verdict, recorded. The call holds what comes back while it runs.
     pub(super) fn admit<'s>(
         &mut self,
-        primary: &'s Arc<Scope>,
+        primary: &'s ScopeRef,
         now: Micros,
         at: Instant,
     ) -> AdmittedNow<'s> {

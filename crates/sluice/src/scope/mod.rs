@@ -22,6 +22,11 @@ pub use spend::{UnitStatus, WindowStatus};
 pub use state::ScopeStatus;
 pub(crate) use state::{Adapted, Held, Scope};
 
+/// A shared handle on a scope. triomphe's `Arc` keeps no weak count:
+/// nothing holds a scope weakly, and every scope is 8 bytes smaller for
+/// it (issue 18, the memory of an idle scope).
+pub(crate) type ScopeRef = triomphe::Arc<Scope>;
+
 /// A call's scopes: the credential's own, and maybe its group's; inline
 /// for two.
-pub(crate) type Scopes = smallvec::SmallVec<[std::sync::Arc<Scope>; 2]>;
+pub(crate) type Scopes = smallvec::SmallVec<[ScopeRef; 2]>;

@@ -1,13 +1,12 @@
 //! The table of live scopes, found by credential and scope name; idle scopes are evicted.
 
-use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::Scope;
+use super::{Scope, ScopeRef};
 use crate::hash::{BuildFastHasher, FastMap};
 use crate::limiter::Micros;
 use crate::signal::DEFAULT_SCOPE;
@@ -16,6 +15,12 @@ use crate::signal::DEFAULT_SCOPE;
 /// leave at least as fast as new ones arrive, and no look-up ever pays for
 /// more than two.
 const EXAMINED_PER_INSERT: usize = 2;
+
+/// Buckets the hand passes per scope it is to examine, at most: a table
+/// between its growths is from 7/16 to 7/8 full, so eight buckets nearly
+/// always hold the two scopes an insert examines, and a sparse table
+/// (most of its scopes evicted) costs a look-up no more than eight.
+const BUCKETS_PER_EXAMINED: usize = 4;
 
 /// Look-ups of a live scope per scope examined. The table only grows on an
 /// insert, which pays for its own room; a look-up that finds its scope
@@ -33,11 +38,15 @@ const HITS_PER_EXAMINED: u32 = 8;
 /// entry, then its own map of scopes, then the scope (each a cache miss),
 /// and an entry is one pointer.
 ///
-/// Eviction is incremental, like a clock hand: every live scope has one
-/// place in a ring, and a look-up examines the next ones (two when it
-/// creates a scope, one every eight look-ups otherwise), evicting them or
-/// sending them round again. A sweep of the whole table instead would, with
-/// 100,000 keys, hold the lock for milliseconds while every call waits.
+/// Eviction is incremental, like a clock hand sweeping the table's buckets
+/// in order: a look-up examines the scopes in the next ones (two when it
+/// creates a scope, one every eight look-ups otherwise), evicting those
+/// idle. A sweep of the whole table instead would, with 100,000 keys, hold
+/// the lock for milliseconds while every call waits. The hand is a bucket
+/// number, not a ring of its own: a ring held every scope a second time,
+/// 8 bytes and a reference each (issue 18, the memory of an idle scope).
+/// When the table grows its scopes move, and a sweep may pass one twice or
+/// not at all; the next sweep sees it.
 #[derive(Debug)]
 pub(crate) struct Registry {
     table: Mutex<Table>,
@@ -47,13 +56,14 @@ pub(crate) struct Registry {
 
 #[derive(Debug, Default)]
 struct Table {
-    scopes: HashTable<Arc<Scope>>,
+    scopes: HashTable<ScopeRef>,
     /// Per credential with any, its scopes other than its own
     /// ([`DEFAULT_SCOPE`]): the server-reported ones and groups, which are
     /// capped per credential.
     others: FastMap<Arc<str>, usize>,
-    /// Every live scope, once each: examined without a look-up.
-    ring: VecDeque<Arc<Scope>>,
+    /// The next bucket the eviction hand examines (taken modulo the
+    /// table's buckets, which change as it grows).
+    hand: usize,
     /// Look-ups that found their scope since one was last examined.
     hits: u32,
 }
@@ -83,7 +93,7 @@ impl Registry {
         name: &str,
         now: Micros,
         make: impl FnOnce() -> Scope,
-    ) -> Arc<Scope> {
+    ) -> ScopeRef {
         let hash = self.hash(credential, name);
         let mut table = self.table();
         let found = table.find(hash, credential, name).cloned();
@@ -99,7 +109,7 @@ impl Registry {
                 (scope, examined)
             }
             None => {
-                let scope = Arc::new(make());
+                let scope = ScopeRef::new(make());
                 debug_assert!(scope.is(credential, name));
                 table.insert(scope.clone(), self);
                 (scope, EXAMINED_PER_INSERT)
@@ -111,7 +121,7 @@ impl Registry {
     }
 
     /// The scope if it exists; never creates one.
-    pub(crate) fn find(&self, credential: &str, name: &str) -> Option<Arc<Scope>> {
+    pub(crate) fn find(&self, credential: &str, name: &str) -> Option<ScopeRef> {
         let hash = self.hash(credential, name);
         self.table().find(hash, credential, name).cloned()
     }
@@ -125,7 +135,7 @@ impl Registry {
     }
 
     /// Every live scope.
-    pub(crate) fn all(&self) -> Vec<Arc<Scope>> {
+    pub(crate) fn all(&self) -> Vec<ScopeRef> {
         let mut scopes: Vec<_> = self.table().scopes.iter().cloned().collect();
         scopes.sort_by(|a, b| (&a.credential, &a.name).cmp(&(&b.credential, &b.name)));
         scopes
@@ -139,45 +149,51 @@ impl Registry {
 
 impl Table {
     /// The scope `name` of `credential`, whose hash is `hash`.
-    fn find(&self, hash: u64, credential: &str, name: &str) -> Option<&Arc<Scope>> {
+    fn find(&self, hash: u64, credential: &str, name: &str) -> Option<&ScopeRef> {
         self.scopes.find(hash, |scope| scope.is(credential, name))
     }
 
     /// Adds `scope`, placed by its own names (so that the table stays
     /// whole even if a maker named it otherwise than it was asked for).
-    fn insert(&mut self, scope: Arc<Scope>, registry: &Registry) {
+    fn insert(&mut self, scope: ScopeRef, registry: &Registry) {
         let hash = registry.hash(&scope.credential, &scope.name);
         if &*scope.name != DEFAULT_SCOPE {
             *self.others.entry(scope.credential.clone()).or_default() += 1;
         }
-        self.ring.push_back(scope.clone());
         self.scopes.insert_unique(hash, scope, |scope| {
             registry.hash(&scope.credential, &scope.name)
         });
     }
 
-    /// Examines the next scopes of the ring: forgets those idle and
-    /// unheld, sends the others round again.
+    /// Examines the scopes in the next buckets, `count` of them at most:
+    /// forgets those idle and unheld.
     fn examine(&mut self, count: usize, now: Micros, registry: &Registry) {
-        for _ in 0..count.min(self.ring.len()) {
-            let Some(scope) = self.ring.pop_front() else {
+        let buckets = self.scopes.num_buckets();
+        let mut examined = 0;
+        for _ in 0..count * BUCKETS_PER_EXAMINED {
+            if examined == count || buckets == 0 {
                 return;
+            }
+            let index = self.hand % buckets;
+            self.hand = index + 1;
+            let Some(scope) = self.scopes.get_bucket(index) else {
+                continue;
             };
+            examined += 1;
             // Holding the lock, no new reference can be handed out, so a
-            // count of two means only the table and the ring hold it.
-            if Arc::strong_count(&scope) == 2 && scope.is_evictable(now, registry.idle) {
-                self.remove(&scope, registry);
-            } else {
-                self.ring.push_back(scope);
+            // count of one means only the table holds it.
+            if ScopeRef::count(scope) == 1
+                && scope.is_evictable(now, registry.idle)
+                && let Ok(entry) = self.scopes.get_bucket_entry(index)
+            {
+                let (scope, _) = entry.remove();
+                self.forget(&scope);
             }
         }
     }
 
-    fn remove(&mut self, scope: &Arc<Scope>, registry: &Registry) {
-        let hash = registry.hash(&scope.credential, &scope.name);
-        if let Ok(entry) = self.scopes.find_entry(hash, |s| Arc::ptr_eq(s, scope)) {
-            entry.remove();
-        }
+    /// Counts `scope`, just removed, out of its credential's others.
+    fn forget(&mut self, scope: &Scope) {
         if &*scope.name != DEFAULT_SCOPE
             && let Some(others) = self.others.get_mut(&*scope.credential)
         {
@@ -203,7 +219,7 @@ mod tests {
         Scope::primary(Arc::from(credential), Arc::from("api_key"), &limits, now)
     }
 
-    fn get(registry: &Registry, credential: &str, now: Micros) -> Arc<Scope> {
+    fn get(registry: &Registry, credential: &str, now: Micros) -> ScopeRef {
         registry.get(&Arc::from(credential), "api_key", now, || {
             make(credential, now)
         })
@@ -229,6 +245,33 @@ mod tests {
     }
 
     #[test]
+    fn a_scope_is_forgotten_only_once_idle_the_whole_time_and_within_a_second_after() {
+        let registry = Registry::new(IDLE);
+        // Used at 1.5 s: its time is kept in whole seconds, rounded up.
+        get(&registry, "a", 1_500_000);
+        // Enough look-ups of another scope to sweep the table many times.
+        let sweep = |now| {
+            for _ in 0..20 * HITS_PER_EXAMINED {
+                get(&registry, "b", now);
+            }
+        };
+        sweep(IDLE + 1_500_000);
+        assert_eq!(registry.count("a"), 1, "idle exactly the threshold: kept");
+        sweep(IDLE + 1_999_999);
+        assert_eq!(
+            registry.count("a"),
+            1,
+            "a microsecond short of the rounded second"
+        );
+        sweep(IDLE + 2_000_000);
+        assert_eq!(
+            registry.count("a"),
+            0,
+            "forgotten within a second of the threshold"
+        );
+    }
+
+    #[test]
     fn scopes_held_or_recently_used_stay() {
         let registry = Registry::new(IDLE);
         let held = get(&registry, "held", 0);
@@ -238,7 +281,7 @@ mod tests {
         // "recent" was used again just before the examinations.
         get(&registry, "recent", later - 1);
         // Look-ups of a live scope examine one in HITS_PER_EXAMINED: ten
-        // rounds of the ring's four scopes.
+        // sweeps of the table's four scopes (and its empty buckets).
         for _ in 0..40 * HITS_PER_EXAMINED {
             get(&registry, "other", later);
         }
@@ -289,7 +332,6 @@ mod tests {
         assert_eq!(registry.count("a"), 0);
         let again = get(&registry, "a", later);
         assert_eq!(registry.len(), 2);
-        assert_eq!(registry.table().ring.len(), 2);
         assert_eq!(again.status(later).scope, "api_key");
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Scope, Ticket};
+use super::{ScopeRef, Ticket};
 use crate::limiter::Micros;
 use crate::shared::{Grant, SharedBudget};
 
@@ -17,7 +17,7 @@ pub(crate) type GrantHome = (Arc<dyn SharedBudget>, Arc<str>);
 /// A call's slot on each of its scopes, all for one start. A `Vec`: a
 /// ticket is large, and inline it made every move of a reservation a copy
 /// dearer than the allocation it saved (callgrind, issue 18).
-pub(crate) type Slots = Vec<(Arc<Scope>, Ticket)>;
+pub(crate) type Slots = Vec<(ScopeRef, Ticket)>;
 
 /// Everything a waiting call holds for its start.
 pub(crate) struct Holding {
@@ -45,7 +45,7 @@ impl crate::seats::Seated for Holding {
         self.grant.is_some() == other.grant.is_some()
             && self.local.len() == other.local.len()
             && self.local.iter().zip(&other.local).all(|(mine, theirs)| {
-                Arc::ptr_eq(&mine.0, &theirs.0) && mine.1.same_spend(&theirs.1)
+                ScopeRef::ptr_eq(&mine.0, &theirs.0) && mine.1.same_spend(&theirs.1)
             })
     }
 
@@ -55,7 +55,7 @@ impl crate::seats::Seated for Holding {
     /// scopes at the same costs as the tickets.
     fn covers(&self, other: &Holding) -> bool {
         let same_first = match (self.local.first(), other.local.first()) {
-            (Some(mine), Some(theirs)) => Arc::ptr_eq(&mine.0, &theirs.0),
+            (Some(mine), Some(theirs)) => ScopeRef::ptr_eq(&mine.0, &theirs.0),
             _ => false,
         };
         same_first
@@ -63,7 +63,7 @@ impl crate::seats::Seated for Holding {
             && other.local.iter().all(|(scope, ticket)| {
                 self.local
                     .iter()
-                    .any(|(mine, held)| Arc::ptr_eq(mine, scope) && held.covers(ticket))
+                    .any(|(mine, held)| ScopeRef::ptr_eq(mine, scope) && held.covers(ticket))
             })
     }
 

@@ -27,6 +27,9 @@ impl SentLog {
     /// Logs a start at `at`, forgetting what no window of length `window`
     /// ending in the last minute can see any more.
     pub(crate) fn record(&mut self, at: Micros, window: Micros) {
+        // What the new start's history no longer sees goes first, so that
+        // a scope called again after a quiet minute reuses its block.
+        self.prune(at, window);
         if self.starts.capacity() == 0 {
             // A scope called once holds one start: its first block holds
             // just that one (issue 18, the memory of an idle scope).
@@ -40,7 +43,6 @@ impl SentLog {
             let index = self.starts.partition_point(|&start| start <= at);
             self.starts.insert(index, at);
         }
-        self.prune(at, window);
         while self.starts.len() > MAX_LOGGED {
             self.starts.pop_front();
         }
@@ -110,6 +112,8 @@ mod tests {
         log.record(62 * SECOND, SECOND);
         assert_eq!(log.starts.len(), 1);
         assert_eq!(log.in_window(62 * SECOND, 100 * SECOND), 1);
+        // The old start left before the new one came: one block of one.
+        assert_eq!(log.starts.capacity(), 1);
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl Scope {
         let blended = smoothed * (1.0 - LATENCY_ALPHA) + latency.as_micros() as f64 * LATENCY_ALPHA;
         // A cast from a float saturates: no latency can panic here.
         self.latency
-            .store(blended.round() as Micros, Ordering::Relaxed);
+            .store(blended.round() as u32, Ordering::Relaxed);
         let (rate, ramped) = if self.probes {
             self.probe(started, now, throttled)
         } else {

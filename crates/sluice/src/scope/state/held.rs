@@ -1,9 +1,9 @@
 //! A request counted in flight on a scope, and a permit held past its call.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Scope;
+use crate::scope::ScopeRef;
 use crate::scope::admission::Permit;
 
 impl Scope {
@@ -21,11 +21,11 @@ impl Scope {
 
     /// Keeps a call's permit and its request counted in flight past the
     /// call, until the guard drops: its response's body is still streaming.
-    pub(crate) fn hold(self: &Arc<Self>, permit: Option<Permit<'_>>) -> Held {
+    pub(crate) fn hold(scope: &ScopeRef, permit: Option<Permit<'_>>) -> Held {
         let permit = permit.map(Permit::detach).is_some();
-        std::mem::forget(self.start_request());
+        std::mem::forget(scope.start_request());
         Held {
-            scope: self.clone(),
+            scope: scope.clone(),
             permit,
             also: None,
         }
@@ -44,7 +44,7 @@ pub(crate) struct InFlight<'a>(&'a AtomicU32);
 /// A finished call's permit and in-flight count, owned (see [`Scope::hold`]).
 #[derive(Debug)]
 pub(crate) struct Held {
-    scope: Arc<Scope>,
+    scope: ScopeRef,
     permit: bool,
     /// The call's group's hold, released with this one.
     also: Option<Box<Held>>,

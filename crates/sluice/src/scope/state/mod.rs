@@ -32,6 +32,13 @@ pub use status::ScopeStatus;
 
 use limit::Limit;
 
+const SECOND: Micros = 1_000_000;
+
+/// `now` in whole seconds, rounded up (saturating: 136 years).
+fn seconds_up(now: Micros) -> u32 {
+    u32::try_from(now.div_ceil(SECOND)).unwrap_or(u32::MAX)
+}
+
 /// `rate = "auto"` starts here, requests per second: below what nearly every
 /// API allows, and enough that slow start gets answers to grow on (at 1/s
 /// the first seconds carry one request each).
@@ -118,13 +125,18 @@ pub(crate) struct Scope {
     /// and an idle scope should stay small (issue 18).
     in_flight: AtomicU32,
     peak_in_flight: AtomicU32,
-    /// The latest call's time: kept beside the names a look-up compares,
-    /// and set without the state's lock.
-    last_used: AtomicU64,
+    /// The latest call's time, in whole seconds from the engine's origin
+    /// rounded up, so that a scope is never taken for idle early (it may
+    /// be forgotten up to a second late). Kept beside the names a look-up
+    /// compares, set without the state's lock, and written at most once a
+    /// second; 32 bits of seconds last 136 years (issue 18, the memory of
+    /// an idle scope).
+    last_used: AtomicU32,
     /// Exponentially weighted moving average of response latency, in
-    /// microseconds: kept without the state's lock, so an answer on a
-    /// scope that does not probe its rate takes none (issue 18).
-    latency: AtomicU64,
+    /// microseconds (32 bits: up to 71 minutes, saturating): kept without
+    /// the state's lock, so an answer on a scope that does not probe its
+    /// rate takes none (issue 18).
+    latency: AtomicU32,
     /// Whether the scope probes for its rate (`rate = "auto"`), fixed when
     /// it is made: only such a scope's answers need the state's lock.
     probes: bool,
@@ -275,8 +287,10 @@ impl Scope {
             configured_cap: limits.max_in_flight,
             in_flight: AtomicU32::new(0),
             peak_in_flight: AtomicU32::new(0),
-            last_used: AtomicU64::new(now),
-            latency: AtomicU64::new(micros(limits.expected_latency)),
+            last_used: AtomicU32::new(seconds_up(now)),
+            latency: AtomicU32::new(
+                u32::try_from(micros(limits.expected_latency)).unwrap_or(u32::MAX),
+            ),
             probes,
             ok: AtomicU64::new(0),
             rare: OnceBox::new(),
@@ -294,7 +308,7 @@ impl Scope {
 
     /// The smoothed response latency.
     fn latency(&self) -> Duration {
-        Duration::from_micros(self.latency.load(Ordering::Relaxed))
+        Duration::from_micros(u64::from(self.latency.load(Ordering::Relaxed)))
     }
 
     /// The scope's [`Rare`] block, made now if it was not yet.
@@ -308,11 +322,12 @@ impl Scope {
     }
 
     pub(crate) fn touch(&self, now: Micros) {
-        // A plain store, not a locked read-modify-write: racing calls may
-        // leave it a few microseconds older than the latest, which an idle
-        // threshold of minutes does not notice.
-        if now > self.last_used.load(Ordering::Relaxed) {
-            self.last_used.store(now, Ordering::Relaxed);
+        // A plain store, not a locked read-modify-write: racing calls in
+        // the same second may leave it a second older than the latest,
+        // which an idle threshold of minutes does not notice.
+        let second = seconds_up(now);
+        if second > self.last_used.load(Ordering::Relaxed) {
+            self.last_used.store(second, Ordering::Relaxed);
         }
     }
 
@@ -614,6 +629,7 @@ impl Scope {
         state.cell.is_idle(now)
             && state.budgets.is_idle(now)
             && state.limit.is_configured_only()
-            && self.last_used.load(Ordering::Relaxed).saturating_add(idle) <= now
+            && (u64::from(self.last_used.load(Ordering::Relaxed)) * SECOND).saturating_add(idle)
+                <= now
     }
 }
