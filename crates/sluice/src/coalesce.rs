@@ -4,13 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hashbrown::{Equivalent, HashMap};
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::call::Completion;
-use hashbrown::{Equivalent, HashMap};
-
 use crate::hash::BuildFastHasher;
 use crate::limiter::{Micros, micros};
 use crate::scope::ScopeRef;

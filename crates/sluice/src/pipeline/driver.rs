@@ -412,8 +412,8 @@ async fn admit<'s, E: Executor>(
 fn hold_while_streaming(
     completion: &Completion,
     primary: &ScopeRef,
-    permit: Option<crate::scope::Permit<'_>>,
-    group: Option<(&ScopeRef, Option<crate::scope::Permit<'_>>)>,
+    permit: Option<Permit<'_>>,
+    group: Option<(&ScopeRef, Option<Permit<'_>>)>,
 ) {
     if let Some(marker) = completion
         .response

@@ -12,7 +12,8 @@ use crate::limiter::Micros;
 
 /// Seconds of history [`SentLog::history`] gives.
 pub(crate) const HISTORY_SECONDS: usize = 60;
-const SECOND: Micros = 1_000_000;
+/// A second in the engine's microseconds.
+pub(super) const SECOND: Micros = 1_000_000;
 /// Most starts kept: a bound on memory under any load. Past it the oldest
 /// go first, so counts over long windows read low rather than grow memory.
 const MAX_LOGGED: usize = 65_536;

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::admission::{Admission, AdmittedNow, Permit, Refused};
 use super::crowding::Crowding;
 use super::drain_estimate;
-use super::sent::SentLog;
+use super::sent::{SECOND, SentLog};
 use super::shadow::ShadowCounters;
 use super::spend::{Ask, Budgets, Deferred, Ticket};
 use crate::Rate;
@@ -31,8 +31,6 @@ pub(crate) use held::Held;
 pub use status::ScopeStatus;
 
 use limit::Limit;
-
-const SECOND: Micros = 1_000_000;
 
 /// `now` in whole seconds, rounded up (saturating: 136 years).
 fn seconds_up(now: Micros) -> u32 {
