@@ -15,7 +15,7 @@ use crate::scope::Seats;
 pub(crate) struct Credential {
     pub(crate) name: Arc<str>,
     pub(crate) limits: Limits,
-    pub(crate) retry: Mutex<RetryBudget>,
+    pub(crate) retry: RetryBudget,
     /// Tool -> scopes the server reported on that tool's responses.
     pub(crate) bindings: Mutex<HashMap<Arc<str>, Vec<Arc<str>>>>,
     /// Whether any tool has a binding yet: until one does, a call's scopes
@@ -55,11 +55,11 @@ impl Credential {
         Credential {
             name,
             limits,
-            retry: Mutex::new(RetryBudget::new(
+            retry: RetryBudget::new(
                 defaults.retry_ratio,
                 defaults.retry_floor,
                 defaults.retry_window,
-            )),
+            ),
             bindings: Mutex::new(HashMap::new()),
             bound: AtomicBool::new(false),
             seats: Seats::default(),

@@ -250,7 +250,7 @@ async fn attempts<E: Executor>(
             scope.record_start(sent);
         }
         if attempt == 0 {
-            credential.retry.lock().record_request(sent);
+            credential.retry.record_request(sent);
         }
         let request = Request {
             tool: job.call.tool.clone(),
@@ -320,7 +320,7 @@ async fn attempts<E: Executor>(
         if !may_retry || attempt >= engine.defaults.max_attempts {
             return classify::give_up(engine, failed, None);
         }
-        if !credential.retry.lock().try_retry(received) {
+        if !credential.retry.try_retry(received) {
             return classify::give_up(engine, failed, Some(Reason::Budget));
         }
         if !failed.server_wait {
