@@ -1,7 +1,7 @@
 //! One scope at run time: its limiter cell, what it learned, its admission, its counters.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use once_cell::race::OnceBox;
@@ -138,6 +138,12 @@ pub(crate) struct Scope {
     /// Whether the scope probes for its rate (`rate = "auto"`), fixed when
     /// it is made: only such a scope's answers need the state's lock.
     probes: bool,
+    /// Whether the server ever told the scope's cell to hold starts (a
+    /// penalty, a budget, a block, a spent quota). Until it has, nothing
+    /// holds the scope, and step 2 reads so without the state's lock. Set
+    /// under that lock and never cleared: a call that reads it unset ran
+    /// step 2 before the server's word, as it could have with the lock.
+    heard: AtomicBool,
     /// Calls that ended `ok` (the other outcomes are counted in [`Rare`]).
     ok: AtomicU64,
     /// What few scopes ever need, made by the first call that does.
@@ -290,6 +296,7 @@ impl Scope {
                 u32::try_from(micros(limits.expected_latency)).unwrap_or(u32::MAX),
             ),
             probes,
+            heard: AtomicBool::new(false),
             ok: AtomicU64::new(0),
             rare: OnceBox::new(),
         }
@@ -302,6 +309,18 @@ impl Scope {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock()
+    }
+
+    /// The state, to pass the server's word to its cell.
+    fn told(&self) -> MutexGuard<'_, State> {
+        let state = self.state();
+        self.heard.store(true, Ordering::Relaxed);
+        state
+    }
+
+    /// Whether the server ever told the cell to hold starts: see `heard`.
+    fn heard(&self) -> bool {
+        self.heard.load(Ordering::Relaxed)
     }
 
     /// The smoothed response latency.
@@ -421,18 +440,27 @@ impl Scope {
 
     /// When the spent quota resets, if it is spent at `now`.
     pub(crate) fn quota_until(&self, now: Micros) -> Option<Micros> {
+        if !self.heard() {
+            return None;
+        }
         self.state().cell.quota_until(now)
     }
 
     /// What holds the scope at `now`, read under one lock: when a spent
     /// quota resets, and when the server's block ends.
     pub(crate) fn holds(&self, now: Micros) -> (Option<Micros>, Option<Micros>) {
+        if !self.heard() {
+            return (None, None);
+        }
         let state = self.state();
         (state.cell.quota_until(now), state.cell.blocked_until(now))
     }
 
     /// When the server's block ends, if it blocks the scope at `now`.
     pub(crate) fn blocked_until(&self, now: Micros) -> Option<Micros> {
+        if !self.heard() {
+            return None;
+        }
         self.state().cell.blocked_until(now)
     }
 
@@ -555,21 +583,21 @@ impl Scope {
     }
 
     pub(crate) fn sync(&self, remaining: u64, reset_at: Micros, now: Micros) {
-        self.state().cell.sync(remaining, reset_at, now);
+        self.told().cell.sync(remaining, reset_at, now);
     }
 
     pub(crate) fn penalize(&self, until: Micros, now: Micros) {
-        self.state().cell.penalize(until, now);
+        self.told().cell.penalize(until, now);
     }
 
     /// Mirrors a block another process learned: nothing starts before `until`.
     pub(crate) fn block(&self, until: Micros, now: Micros) {
-        self.state().cell.sync(0, until, now);
+        self.told().cell.sync(0, until, now);
     }
 
     /// Marks the quota spent until `until`; true if it was not already.
     pub(crate) fn exhaust(&self, until: Micros, now: Micros) -> bool {
-        self.state().cell.exhaust(until, now)
+        self.told().cell.exhaust(until, now)
     }
 
     /// Every window and unit budget `ask` spends on this scope, as the
@@ -629,5 +657,49 @@ impl Scope {
             && state.limit.is_configured_only()
             && (u64::from(self.last_used.load(Ordering::Relaxed)) * SECOND).saturating_add(idle)
                 <= now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{CredentialConfig, Defaults};
+
+    fn scope() -> Scope {
+        let limits = CredentialConfig::with_rate("10/1s".parse().unwrap())
+            .resolve("k", &Defaults::default())
+            .unwrap();
+        Scope::primary(Arc::from("k"), Arc::from("api_key"), &limits, 0)
+    }
+
+    #[test]
+    fn each_word_of_the_server_holds_the_scope_as_step_2_reads_it() {
+        let fresh = scope();
+        assert_eq!(fresh.holds(0), (None, None));
+        assert_eq!(fresh.quota_until(0), None);
+        assert_eq!(fresh.blocked_until(0), None);
+
+        let penalized = scope();
+        penalized.penalize(2_000, 1_000);
+        assert_eq!(penalized.holds(1_000), (None, Some(2_000)));
+        assert_eq!(penalized.blocked_until(1_500), Some(2_000));
+        assert_eq!(penalized.holds(2_000), (None, None));
+
+        let blocked = scope();
+        blocked.block(3_000, 1_000);
+        assert_eq!(blocked.holds(1_000), (None, Some(3_000)));
+
+        let empty = scope();
+        empty.sync(0, 4_000, 1_000);
+        assert_eq!(empty.blocked_until(1_000), Some(4_000));
+        let some_left = scope();
+        some_left.sync(5, 4_000, 1_000);
+        assert_eq!(some_left.holds(1_000), (None, None));
+
+        let spent = scope();
+        assert!(spent.exhaust(9_000, 1_000));
+        assert_eq!(spent.holds(1_000), (Some(9_000), None));
+        assert_eq!(spent.quota_until(8_999), Some(9_000));
+        assert_eq!(spent.quota_until(9_000), None);
     }
 }
