@@ -66,9 +66,8 @@ const BUCKETS: usize = 10;
 /// (the low 32 bits, saturating). A word whose number is not one of the
 /// last ten is stale and counts nothing; counting into it starts it
 /// afresh. Bucket numbers wrap after 2³² buckets (136 years of one-second
-/// buckets, the default period's): a bucket untouched for exactly a
-/// multiple of that reads as live again, and a stale count can only make
-/// the budget larger by what it held.
+/// buckets, the default period's): a word untouched for exactly a
+/// multiple of that would read as live again, with its old count.
 #[derive(Debug)]
 struct Counter {
     buckets: [AtomicU64; BUCKETS],
