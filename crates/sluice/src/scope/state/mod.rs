@@ -318,11 +318,6 @@ impl Scope {
         state
     }
 
-    /// Whether the server ever told the cell to hold starts: see `heard`.
-    fn heard(&self) -> bool {
-        self.heard.load(Ordering::Relaxed)
-    }
-
     /// The smoothed response latency.
     fn latency(&self) -> Duration {
         Duration::from_micros(u64::from(self.latency.load(Ordering::Relaxed)))
@@ -440,16 +435,14 @@ impl Scope {
 
     /// When the spent quota resets, if it is spent at `now`.
     pub(crate) fn quota_until(&self, now: Micros) -> Option<Micros> {
-        if !self.heard() {
-            return None;
-        }
-        self.state().cell.quota_until(now)
+        self.holds(now).0
     }
 
     /// What holds the scope at `now`, read under one lock: when a spent
     /// quota resets, and when the server's block ends.
     pub(crate) fn holds(&self, now: Micros) -> (Option<Micros>, Option<Micros>) {
-        if !self.heard() {
+        // See `heard`: until the server spoke, nothing holds the scope.
+        if !self.heard.load(Ordering::Relaxed) {
             return (None, None);
         }
         let state = self.state();
@@ -458,10 +451,7 @@ impl Scope {
 
     /// When the server's block ends, if it blocks the scope at `now`.
     pub(crate) fn blocked_until(&self, now: Micros) -> Option<Micros> {
-        if !self.heard() {
-            return None;
-        }
-        self.state().cell.blocked_until(now)
+        self.holds(now).1
     }
 
     /// The earliest start at or after `now`, charging nothing.
