@@ -228,6 +228,32 @@ struct Further {
     generation: u64,
 }
 
+impl Further {
+    /// [`LimiterCell::charge_at`] past the first window, whose bucket undo
+    /// (if any) is `gcra`.
+    #[inline(never)]
+    fn charge(&mut self, start: Micros, amount: u64, gcra: Option<GcraUndo>) -> Reservation {
+        for window in &mut self.windows {
+            window.charge_n(start, amount);
+        }
+        let server_charged = match &mut self.server {
+            Some(budget) if start < budget.reset_at() => {
+                let charged = budget.remaining.min(amount);
+                budget.remaining -= charged;
+                charged
+            }
+            _ => 0,
+        };
+        Reservation {
+            start,
+            amount,
+            generation: self.generation,
+            gcra,
+            server_charged,
+        }
+    }
+}
+
 impl LimiterCell {
     /// An exact sliding window (`burst` unset) or GCRA (`burst` set).
     pub fn new(rate: Rate, burst: Option<NonZeroU32>) -> Self {
@@ -331,10 +357,37 @@ impl LimiterCell {
             .map_or(0, |further| further.generation)
     }
 
+    /// Most cells hold one window and nothing the server said: the window
+    /// alone places the start, in a few instructions inlined into the
+    /// caller; the rest go through [`LimiterCell::earliest_with_further`]
+    /// (issue 18, the cost of a reservation).
+    #[inline]
     fn earliest_after(
         &mut self,
         now: Micros,
         not_before: Micros,
+        amount: u64,
+    ) -> (Micros, Binding) {
+        let asked = not_before.max(now);
+        if self.further.is_some() {
+            return self.earliest_with_further(now, asked, amount);
+        }
+        let at = self.algorithm.earliest(now, asked, amount);
+        let binding = if at > asked {
+            Binding::Window(0)
+        } else {
+            Binding::Free
+        };
+        (at, binding)
+    }
+
+    /// [`LimiterCell::earliest_after`] for a cell with further windows or
+    /// the server's word, from `asked` (`max(now, not_before)`).
+    #[inline(never)]
+    fn earliest_with_further(
+        &mut self,
+        now: Micros,
+        asked: Micros,
         amount: u64,
     ) -> (Micros, Binding) {
         self.expire(now);
@@ -346,7 +399,6 @@ impl LimiterCell {
         // ones first and let each window place the start after them. Each
         // window's earliest is max(floor, a bound of its own), so one pass
         // over them finds the start they all allow.
-        let asked = not_before.max(now);
         let floor = asked.max(server).max(self.penalty_until());
         let mut binding = if floor > asked {
             Binding::Server
@@ -414,25 +466,19 @@ impl LimiterCell {
 
     /// Charges a start spending `amount` at `start`, which an
     /// [`LimiterCell::earliest_for`] of at most `start` allowed.
+    #[inline]
     pub fn charge_at(&mut self, start: Micros, amount: u64) -> Reservation {
         let gcra = self.algorithm.charge(start, amount);
-        for window in self.extra_mut() {
-            window.charge_n(start, amount);
-        }
-        let server_charged = match self.server_mut() {
-            Some(budget) if start < budget.reset_at() => {
-                let charged = budget.remaining.min(amount);
-                budget.remaining -= charged;
-                charged
-            }
-            _ => 0,
-        };
-        Reservation {
-            start,
-            amount,
-            generation: self.generation(),
-            gcra,
-            server_charged,
+        match self.further.as_deref_mut() {
+            // One window, nothing the server said, never voided.
+            None => Reservation {
+                start,
+                amount,
+                generation: 0,
+                gcra,
+                server_charged: 0,
+            },
+            Some(further) => further.charge(start, amount, gcra),
         }
     }
 
@@ -676,6 +722,47 @@ mod tests {
         assert!(c.is_idle(5_000 * MS));
         // Spent again after the reset: news again.
         assert!(c.exhaust(9_000 * MS, 6_000 * MS));
+    }
+
+    /// A cell with nothing further takes its short path (the window
+    /// alone); the same cell with an empty `Further` block takes the
+    /// general one. Both place and charge every start alike.
+    #[test]
+    fn the_short_path_of_a_cell_with_one_window_is_the_general_path() {
+        let cells = [
+            cell("3/1s"),
+            LimiterCell::new("4/1s".parse().unwrap(), NonZeroU32::new(2)),
+            LimiterCell::unlimited(),
+        ];
+        for short in cells {
+            let mut general = short.clone();
+            general.further_mut();
+            let mut short = short;
+            let mut now = 0;
+            for step in 0..200u64 {
+                now += (step * 37) % 300 * MS;
+                let not_before = now + (step % 3) * 100 * MS;
+                let max_wait = (step % 4) * 400 * MS;
+                let amount = step % 3;
+                assert_eq!(
+                    short.earliest_for(now, not_before, amount),
+                    general.earliest_for(now, not_before, amount),
+                    "step {step}"
+                );
+                let (a, b) = (
+                    short.reserve_n(now, not_before, max_wait, amount),
+                    general.reserve_n(now, not_before, max_wait, amount),
+                );
+                assert_eq!(a, b, "step {step}");
+                if step % 5 == 0
+                    && let Ok(reservation) = a
+                {
+                    short.refund(&reservation);
+                    general.refund(&reservation);
+                }
+            }
+            assert!(short.further.is_none() && general.further.is_some());
+        }
     }
 
     #[test]
