@@ -1,6 +1,9 @@
 //! A call's deadline: when it started, how long it may take, and whether that has run out.
 
 use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -76,6 +79,37 @@ impl Deadline {
     pub fn at(&self) -> Instant {
         self.at
     }
+
+    /// `future`'s output, or `None` once the deadline has passed (the
+    /// output wins when both are ready, as with tokio's `timeout_at`).
+    /// The deadline's timer is made only if the future does not finish
+    /// at its first poll: a call answered by the turn's cache or by an
+    /// in-process tool never touches tokio's timer (issue 18: making and
+    /// dropping it was about 150 instructions of every call).
+    pub(crate) async fn bound<F: Future>(self, future: F) -> Option<F::Output> {
+        let mut future = pin!(future);
+        if let Poll::Ready(output) = poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await {
+            return Some(output);
+        }
+        // Out of tokio's cooperative budget, as in `timeout_at`: a future
+        // that spends the task's budget on every poll cannot keep its
+        // deadline from firing.
+        let mut timer = pin!(tokio::task::unconstrained(tokio::time::sleep_until(
+            self.at
+        )));
+        // The future was polled just now, with this task's waker: the
+        // first round only arms the timer.
+        let mut polled = true;
+        poll_fn(|cx| {
+            if !std::mem::take(&mut polled)
+                && let Poll::Ready(output) = future.as_mut().poll(cx)
+            {
+                return Poll::Ready(Some(output));
+            }
+            timer.as_mut().poll(cx).map(|()| None)
+        })
+        .await
+    }
 }
 
 /// `Ok` when `len` is at most [`Deadline::MAX_LEN`]; the error says by how much it is not.
@@ -120,6 +154,43 @@ mod tests {
             deadline.remaining(start + Duration::from_secs(5)),
             Duration::ZERO
         );
+    }
+
+    /// A future ready at its first poll needs no timer: polled with no
+    /// runtime at all (where making tokio's timer would panic), it
+    /// answers.
+    #[test]
+    fn a_future_ready_at_once_is_answered_without_a_timer() {
+        let deadline = Deadline::new(Instant::now(), Duration::from_secs(1)).unwrap();
+        let mut bounded = pin!(deadline.bound(std::future::ready(7)));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert_eq!(bounded.as_mut().poll(&mut cx), Poll::Ready(Some(7)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_future_is_bounded_at_the_deadline_and_wins_a_tie() {
+        let start = Instant::now();
+        let deadline = Deadline::new(start, Duration::from_millis(100)).unwrap();
+        let never = std::future::pending::<()>();
+        assert_eq!(deadline.bound(never).await, None);
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+
+        let start = Instant::now();
+        let deadline = Deadline::new(start, Duration::from_millis(100)).unwrap();
+        let soon = async {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            "answered"
+        };
+        assert_eq!(deadline.bound(soon).await, Some("answered"));
+        assert_eq!(start.elapsed(), Duration::from_millis(40));
+
+        // Ready on the deadline's own instant: the answer is kept.
+        let at_once = async {
+            tokio::time::sleep_until(deadline.at()).await;
+            "kept"
+        };
+        assert_eq!(deadline.bound(at_once).await, Some("kept"));
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
     }
 
     #[test]

@@ -110,9 +110,9 @@ pub(crate) async fn complete<E: Executor>(
                     .flights
                     .run(key, (started, now), || engine.clock(), run);
                 // A joined call keeps its own deadline.
-                match tokio::time::timeout_at(deadline.at(), flight).await {
-                    Ok(answer) => answer,
-                    Err(_) => (Outcome::timed_out(deadline.len(), true).into(), None),
+                match deadline.bound(flight).await {
+                    Some(answer) => answer,
+                    None => (Outcome::timed_out(deadline.len(), true).into(), None),
                 }
             }
             None => run((started, now)).await,
@@ -262,7 +262,7 @@ async fn attempts<E: Executor>(
         let result = {
             let _in_flight = primary.start_request();
             let _group_in_flight = group_scope.as_ref().map(|scope| scope.start_request());
-            tokio::time::timeout_at(job.deadline.at(), engine.executor.execute(request)).await
+            job.deadline.bound(engine.executor.execute(request)).await
         };
         // The second reading a call needs: when its answer came.
         let received = engine.now();
@@ -270,15 +270,15 @@ async fn attempts<E: Executor>(
 
         // Step 7: learn from whatever came back.
         let failed = match result {
-            Err(_elapsed) => {
+            None => {
                 observe_request(engine, job, None, latency);
                 return Outcome::timed_out(job.deadline.len(), true).into();
             }
-            Ok(Err(error)) => {
+            Some(Err(error)) => {
                 observe_request(engine, job, None, latency);
                 classify::transport(error, primary)
             }
-            Ok(Ok(response)) => {
+            Some(Ok(response)) => {
                 observe_request(engine, job, Some(response.status().as_u16()), latency);
                 let learned =
                     learn::response(engine, job, primary, &response, sent, received, latency);
