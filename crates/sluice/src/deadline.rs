@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -86,8 +86,12 @@ impl Deadline {
     /// at its first poll: a call answered by the turn's cache or by an
     /// in-process tool never touches tokio's timer (issue 18: making and
     /// dropping it was about 150 instructions of every call).
-    pub(crate) async fn bound<F: Future>(self, future: F) -> Option<F::Output> {
-        let mut future = pin!(future);
+    ///
+    /// The caller pins the future where it lives: taken by value, it would
+    /// sit in this function's state twice, once as the argument and once
+    /// pinned, and every enclosing future would grow by its size (the
+    /// sidecar copies the whole proxy future into its box per request).
+    pub(crate) async fn bound<F: Future>(self, mut future: Pin<&mut F>) -> Option<F::Output> {
         if let Poll::Ready(output) = poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await {
             return Some(output);
         }
@@ -162,7 +166,8 @@ mod tests {
     #[test]
     fn a_future_ready_at_once_is_answered_without_a_timer() {
         let deadline = Deadline::new(Instant::now(), Duration::from_secs(1)).unwrap();
-        let mut bounded = pin!(deadline.bound(std::future::ready(7)));
+        let ready = pin!(std::future::ready(7));
+        let mut bounded = pin!(deadline.bound(ready));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         assert_eq!(bounded.as_mut().poll(&mut cx), Poll::Ready(Some(7)));
     }
@@ -172,7 +177,7 @@ mod tests {
         let start = Instant::now();
         let deadline = Deadline::new(start, Duration::from_millis(100)).unwrap();
         let never = std::future::pending::<()>();
-        assert_eq!(deadline.bound(never).await, None);
+        assert_eq!(deadline.bound(pin!(never)).await, None);
         assert_eq!(start.elapsed(), Duration::from_millis(100));
 
         let start = Instant::now();
@@ -181,7 +186,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(40)).await;
             "answered"
         };
-        assert_eq!(deadline.bound(soon).await, Some("answered"));
+        assert_eq!(deadline.bound(pin!(soon)).await, Some("answered"));
         assert_eq!(start.elapsed(), Duration::from_millis(40));
 
         // Ready on the deadline's own instant: the answer is kept.
@@ -189,7 +194,7 @@ mod tests {
             tokio::time::sleep_until(deadline.at()).await;
             "kept"
         };
-        assert_eq!(deadline.bound(at_once).await, Some("kept"));
+        assert_eq!(deadline.bound(pin!(at_once)).await, Some("kept"));
         assert_eq!(start.elapsed(), Duration::from_millis(100));
     }
 

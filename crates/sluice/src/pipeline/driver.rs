@@ -110,7 +110,7 @@ pub(crate) async fn complete<E: Executor>(
                     .flights
                     .run(key, (started, now), || engine.clock(), run);
                 // A joined call keeps its own deadline.
-                match deadline.bound(flight).await {
+                match deadline.bound(std::pin::pin!(flight)).await {
                     Some(answer) => answer,
                     None => (Outcome::timed_out(deadline.len(), true).into(), None),
                 }
@@ -262,7 +262,8 @@ async fn attempts<E: Executor>(
         let result = {
             let _in_flight = primary.start_request();
             let _group_in_flight = group_scope.as_ref().map(|scope| scope.start_request());
-            job.deadline.bound(engine.executor.execute(request)).await
+            let send = std::pin::pin!(engine.executor.execute(request));
+            job.deadline.bound(send).await
         };
         // The second reading a call needs: when its answer came.
         let received = engine.now();
