@@ -1,7 +1,6 @@
 //! The sidecar's shared state: the configuration, the gate over the HTTP
 //! executor, the metrics and the registry of turns by id, built once at start.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,7 +76,8 @@ pub(crate) struct Inner {
     /// Masks the credentials' secrets in every response; `None` without a secret.
     pub(crate) scrubber: Option<Arc<Scrubber>>,
     /// Proxy labels by credential, then by first path segment (`""`: none).
-    proxy_labels: Mutex<HashMap<String, HashMap<String, Arc<str>>>>,
+    /// foldhash: two look-ups per proxied request, on short keys.
+    proxy_labels: Mutex<foldhash::HashMap<String, foldhash::HashMap<String, Arc<str>>>>,
     /// Set when the sidecar shuts down: endless responses (`/v1/events`) end.
     closing: tokio::sync::watch::Sender<bool>,
 }
@@ -159,7 +159,7 @@ impl AppState {
                 deadline_cap,
                 shared,
                 scrubber,
-                proxy_labels: Mutex::new(HashMap::new()),
+                proxy_labels: Mutex::new(foldhash::HashMap::default()),
                 closing: tokio::sync::watch::Sender::new(false),
             }),
         })

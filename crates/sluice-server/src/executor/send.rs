@@ -1,7 +1,7 @@
 //! [`HttpExecutor`]: one attempt of a call, signed and sent to its
 //! credential's origin; a tool's answer read whole, a proxied one streamed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::error::Error as _;
 use std::sync::Arc;
 
@@ -55,13 +55,15 @@ struct Target {
 #[derive(Debug, Clone)]
 pub struct HttpExecutor {
     clients: Arc<Clients>,
-    targets: Arc<HashMap<String, Target>>,
+    /// foldhash: one look-up per request, on a short key (SipHash was
+    /// most of its cost).
+    targets: Arc<foldhash::HashMap<String, Target>>,
 }
 
 impl HttpExecutor {
     /// An executor for these credentials (`SidecarConfig::credentials`).
     pub fn new(credentials: &BTreeMap<String, Upstream>) -> Result<Self, ClientError> {
-        let mut targets = HashMap::new();
+        let mut targets = foldhash::HashMap::default();
         for (name, upstream) in credentials {
             let auth = match &upstream.secret {
                 None => None,

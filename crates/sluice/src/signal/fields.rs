@@ -17,16 +17,23 @@ pub struct Fields<'a> {
 /// checks by recording what the profiles ask for. A response with no such
 /// field skips the profiles.
 pub(crate) fn may_carry_signal(name: &str) -> bool {
-    [
-        "ratelimit",
-        "rate-limit",
-        "retry-after",
-        "call-limit",
-        "limit-info",
-    ]
-    .iter()
-    .any(|part| name.contains(part))
+    // Every part holds "limit" or "retry": one pass over the name for
+    // either turns most names away before the five searches (issue 18:
+    // they were 3% of a proxied request's instructions, callgrind).
+    name.as_bytes()
+        .windows(5)
+        .any(|word| word == b"limit" || word == b"retry")
+        && SIGNAL_PARTS.iter().any(|part| name.contains(part))
 }
+
+/// What the name of a field that may carry a rate signal contains.
+pub(crate) const SIGNAL_PARTS: [&str; 5] = [
+    "ratelimit",
+    "rate-limit",
+    "retry-after",
+    "call-limit",
+    "limit-info",
+];
 
 /// Longest header value a profile will look at; anything longer is noise.
 const MAX_VALUE_LEN: usize = 4_096;

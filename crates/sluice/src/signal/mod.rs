@@ -120,7 +120,7 @@ mod tests {
 
     use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-    use super::fields::may_carry_signal;
+    use super::fields::{SIGNAL_PARTS, may_carry_signal};
     use super::{Fields, ResponseClock, Signal, profiles, read};
 
     /// Every name the profiles ask for, reading `headers`.
@@ -187,6 +187,30 @@ mod tests {
             for name in asked {
                 assert!(may_carry_signal(&name), "profiles read {name:?}");
             }
+        }
+    }
+
+    /// The quick pass looks for "limit" or "retry": every part holds one,
+    /// so it turns no signal away; a name is a carrier exactly when it
+    /// holds a part, wherever in the name.
+    #[test]
+    fn the_quick_pass_over_a_name_turns_no_carrier_away() {
+        for part in SIGNAL_PARTS {
+            assert!(part.contains("limit") || part.contains("retry"), "{part}");
+            assert!(may_carry_signal(part), "{part}");
+            assert!(may_carry_signal(&format!("x-{part}-remaining")), "{part}");
+        }
+        for name in [
+            "content-type",
+            "date",
+            "limit",
+            "x-retry-count",
+            "x-limits",
+            "ratelimi",
+            "etry-after",
+            "",
+        ] {
+            assert!(!may_carry_signal(name), "{name}");
         }
     }
 
