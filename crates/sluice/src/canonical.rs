@@ -12,20 +12,11 @@ use serde_json::Value;
 /// answers): no `fmt` machinery, no copy of a string to escape it, and no
 /// sorting of a map that is sorted already (serde_json's default map).
 pub(crate) fn canonical_json(value: &Value) -> String {
-    let mut out = String::with_capacity(64);
-    write_canonical_json(value, &mut out);
-    out
-}
-
-/// [`canonical_json`] appended to `out`, so that a caller may write it
-/// into a buffer it keeps (the turn's cache looks a read up by its key
-/// with no allocation of its own).
-pub(crate) fn write_canonical_json(value: &Value, out: &mut String) {
-    let mut bytes = std::mem::take(out).into_bytes();
-    write_value(&mut bytes, value);
+    let mut out = Vec::with_capacity(64);
+    write_value(&mut out, value);
     // serde_json writes UTF-8, and the rest is ASCII punctuation.
-    *out = String::from_utf8(bytes)
-        .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned());
+    String::from_utf8(out)
+        .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned())
 }
 
 fn write_value(out: &mut Vec<u8>, value: &Value) {

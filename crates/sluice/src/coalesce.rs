@@ -1,6 +1,5 @@
 //! Single-flight and the turn's read cache: identical reads in one turn send one request.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +10,6 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::call::Completion;
-use crate::executor::Payload;
 use crate::hash::BuildFastHasher;
 use crate::limiter::{Micros, micros};
 use crate::scope::ScopeRef;
@@ -58,64 +56,6 @@ impl Flight {
                 completion.outcome.is_ok() && now.saturating_sub(*at) <= ttl
             }
         }
-    }
-}
-
-/// A read's coalescing key, as a look-up by it came out.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Keyed<T> {
-    /// The payload never coalesces.
-    Unkeyed,
-    /// The look-up found it.
-    Found(T),
-    /// The look-up found nothing: the key, owned, for the read's flight.
-    Missed(String),
-}
-
-/// A scratch buffer kept above this capacity is let go, so that one huge
-/// key does not stay a thread's for good.
-const SCRATCH_KEEPS: usize = 4096;
-
-thread_local! {
-    /// Where this thread writes a read's key to look it up.
-    static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
-}
-
-/// Writes `payload`'s coalescing key into this thread's scratch buffer and
-/// hands `look` a borrow of it: a read its turn answers allocates no key.
-/// The key is copied out only when `look` finds nothing.
-pub(crate) fn look_up<P: Payload, T>(
-    payload: &P,
-    look: impl FnOnce(&str) -> Option<T>,
-) -> Keyed<T> {
-    let mut look = Some(look);
-    let mut keyed = |buffer: &mut String| match look.take() {
-        Some(look) => {
-            buffer.clear();
-            if !payload.write_coalesce_key(buffer) {
-                return Keyed::Unkeyed;
-            }
-            match look(buffer) {
-                Some(found) => Keyed::Found(found),
-                None => Keyed::Missed(buffer.as_str().to_owned()),
-            }
-        }
-        None => Keyed::Unkeyed,
-    };
-    let scratch = SCRATCH.try_with(|cell| {
-        // Borrowed already only if `look` looked a key up itself; it
-        // then gets a buffer of its own.
-        let mut buffer = cell.try_borrow_mut().ok()?;
-        let found = keyed(&mut buffer);
-        if buffer.capacity() > SCRATCH_KEEPS {
-            *buffer = String::new();
-        }
-        Some(found)
-    });
-    match scratch {
-        Ok(Some(found)) => found,
-        // The thread is exiting, or the buffer is in use.
-        Ok(None) | Err(_) => keyed(&mut String::new()),
     }
 }
 
@@ -236,44 +176,6 @@ mod tests {
     use super::*;
     use crate::outcome::Outcome;
     use crate::scope::Scope;
-
-    /// A payload with no coalescing identity.
-    struct Unique;
-
-    impl Payload for Unique {
-        fn coalesce_key(&self) -> Option<String> {
-            None
-        }
-    }
-
-    #[test]
-    fn a_key_is_looked_up_borrowed_and_owned_only_when_missed() {
-        let args = serde_json::json!({"b": [1, 2], "a": "x"});
-        let canonical = crate::canonical::canonical_json(&args);
-        // Found: `look` saw the canonical key.
-        let found = look_up(&args, |key| Some(key.to_owned()));
-        assert_eq!(found, Keyed::Found(canonical.clone()));
-        // Missed: the key comes back owned, as `coalesce_key` gives it.
-        assert_eq!(
-            look_up(&args, |_| None::<()>),
-            Keyed::Missed(canonical.clone())
-        );
-        // A payload that never coalesces is never looked up.
-        let never = look_up(&Unique, |_| -> Option<()> {
-            unreachable!("no key to look up")
-        });
-        assert_eq!(never, Keyed::Unkeyed);
-        // A look-up inside a look-up gets a buffer of its own.
-        let other = serde_json::json!([3]);
-        let nested = look_up(&args, |outer| {
-            let inner = look_up(&other, |inner| Some(inner.to_owned()));
-            Some((outer.to_owned(), inner))
-        });
-        assert_eq!(
-            nested,
-            Keyed::Found((canonical, Keyed::Found("[3]".to_owned())))
-        );
-    }
 
     fn ok() -> Answer {
         let completion = Outcome::Ok {

@@ -16,15 +16,6 @@ pub trait Payload: Send + Sync + 'static {
     /// coalesce. For tool arguments it is their canonical JSON.
     fn coalesce_key(&self) -> Option<String>;
 
-    /// [`coalesce_key`](Payload::coalesce_key) appended to `out`, and
-    /// whether there is one. The turn's cache looks a read up by the key
-    /// written here, into a buffer the gate keeps, so that a read it
-    /// answers allocates no key; implement it when the key can be written
-    /// without one. The default appends what `coalesce_key` returns.
-    fn write_coalesce_key(&self, out: &mut String) -> bool {
-        self.coalesce_key().map(|key| out.push_str(&key)).is_some()
-    }
-
     /// The call's argument `name`, for a cost taken from an argument
     /// (`cost = { tokens = "{max_tokens}" }`); `None` when there is none.
     fn argument(&self, name: &str) -> Option<&serde_json::Value> {
@@ -36,11 +27,6 @@ pub trait Payload: Send + Sync + 'static {
 impl Payload for serde_json::Value {
     fn coalesce_key(&self) -> Option<String> {
         Some(crate::canonical::canonical_json(self))
-    }
-
-    fn write_coalesce_key(&self, out: &mut String) -> bool {
-        crate::canonical::write_canonical_json(self, out);
-        true
     }
 
     fn argument(&self, name: &str) -> Option<&serde_json::Value> {

@@ -9,11 +9,11 @@ use super::job::{Job, Keep};
 use super::shadow::Recorder;
 use super::{classify, holds, learn, price, reserve};
 use crate::call::{Call, Completion};
-use crate::coalesce::{self, FlightRef, Keyed};
+use crate::coalesce::FlightRef;
 use crate::config::Priority;
 use crate::deadline::Deadline;
 use crate::engine::{Engine, Routed, TurnState};
-use crate::executor::{Executor, Request, Streaming};
+use crate::executor::{Executor, Payload, Request, Streaming};
 use crate::limiter::{Micros, micros};
 use crate::observe::{Event, WaitKind};
 use crate::outcome::{Outcome, Reason};
@@ -64,25 +64,22 @@ pub(crate) async fn complete<E: Executor>(
             .unwrap_or_else(|| Outcome::timed_out(deadline.len(), false));
         return conclude(outcome.into(), None);
     }
-    // Step 1: coalesce reads. Answered by the turn already: no pricing,
-    // no flight to join, no timer, no span, no key allocated. A call that
-    // brings its own spend is priced first, as the flight would (its cost
-    // may not be the tool's); identical arguments of a tool price alike.
+    // Step 1: coalesce reads.
     let key = if route.read {
-        let answered = |key: &str| {
-            call.spend
-                .is_none()
-                .then(|| turn.flights.answered(FlightRef(&call.tool, key), now))
-                .flatten()
-        };
-        match coalesce::look_up(&*call.payload, answered) {
-            Keyed::Found((completion, scope)) => return conclude(completion, scope),
-            Keyed::Missed(key) => Some(key),
-            Keyed::Unkeyed => None,
-        }
+        call.payload.coalesce_key()
     } else {
         None
     };
+    // Answered by the turn already: no pricing, no flight to join, no
+    // timer, no span. A call that brings its own spend is priced first, as
+    // the flight would (its cost may not be the tool's); identical
+    // arguments of a tool price alike.
+    if let Some(key) = &key
+        && call.spend.is_none()
+        && let Some((completion, scope)) = turn.flights.answered(FlightRef(&call.tool, key), now)
+    {
+        return conclude(completion, scope);
+    }
     let ask = match price::ask(spend, &call) {
         Ok(ask) => ask,
         Err(outcome) => return conclude(outcome.into(), None),
