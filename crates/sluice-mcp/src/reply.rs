@@ -136,7 +136,7 @@ mod tests {
         let result = r#"{"content":[{"type":"text","text":"hi"}],"isError":false, "extra" : 1}"#;
         let ok = Outcome::Ok {
             http_status: 200,
-            body: Value::Null,
+            body: Value::Null.into(),
         };
         let line = message(
             r#""a-1""#,

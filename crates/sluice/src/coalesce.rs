@@ -180,7 +180,7 @@ mod tests {
     fn ok() -> Answer {
         let completion = Outcome::Ok {
             http_status: 200,
-            body: serde_json::Value::Null,
+            body: serde_json::Value::Null.into(),
         }
         .into();
         (completion, None)

@@ -1,5 +1,6 @@
 //! What the model is told: exactly one [`Outcome`] per call, serialized with `status` as the tag.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -26,7 +27,9 @@ pub enum Outcome {
         /// The upstream HTTP status.
         http_status: u16,
         /// The upstream body: JSON as JSON, anything else as a string.
-        body: serde_json::Value,
+        /// Shared: the calls a flight or the turn's cache answers hold
+        /// this one, so a large answer is not copied for each of them.
+        body: Arc<serde_json::Value>,
     },
     /// Deferred: nothing (more) was sent; the same call may be re-issued later.
     RateLimited {
@@ -261,7 +264,7 @@ mod tests {
     fn every_variant_serializes_to_the_contract() {
         let ok = Outcome::Ok {
             http_status: 200,
-            body: json!({}),
+            body: json!({}).into(),
         };
         assert_eq!(
             serde_json::to_value(&ok).unwrap(),

@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -297,10 +298,21 @@ async fn inv8_identical_reads_send_one_request() {
         .await;
     assert!(outcomes.iter().all(Outcome::is_ok));
     assert_eq!(sim.count(), 1);
+    // One answer, shared by every call it answers rather than copied.
+    let body = |outcome: &Outcome| match outcome {
+        Outcome::Ok { body, .. } => Arc::clone(body),
+        other => panic!("{other:?}"),
+    };
+    let first = body(&outcomes[0]);
+    assert!(outcomes.iter().all(|o| Arc::ptr_eq(&body(o), &first)));
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(turn.call(same()).await.is_ok());
+    let cached = turn.call(same()).await;
     assert_eq!(sim.count(), 1, "the cache answers within its TTL");
+    assert!(
+        Arc::ptr_eq(&body(&cached), &first),
+        "the cache shares its answer"
+    );
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(turn.call(same()).await.is_ok());

@@ -137,7 +137,7 @@ mod tests {
         let observe = |metrics: &Metrics| {
             let ok = Outcome::Ok {
                 http_status: 200,
-                body: serde_json::Value::Null,
+                body: serde_json::Value::Null.into(),
             };
             let shed =
                 Outcome::rate_limited("api_key", Reason::Shed, Duration::from_millis(5), Some(1));

@@ -43,7 +43,7 @@ pub(super) fn response(
     if !signal.throttled && status.as_u16() < 400 {
         let outcome = Outcome::Ok {
             http_status: status.as_u16(),
-            body: body_value(response.body()),
+            body: Arc::new(body_value(response.body())),
         };
         return Ok(Completion {
             outcome,

@@ -207,7 +207,7 @@ mod tests {
         let outcomes = [
             Outcome::Ok {
                 http_status: 200,
-                body: serde_json::Value::Null,
+                body: serde_json::Value::Null.into(),
             },
             Outcome::rate_limited("api_key", Reason::Shed, second, Some(1)),
             Outcome::quota_exhausted("api_key", second),
