@@ -242,6 +242,8 @@ w("|---|---:|")
 for key in ["gate call, no wait/write (admission, permit, reservation, outcome)",
             "gate call, no wait/read in its own turn (plus single-flight)",
             "gate call, no wait/read answered by the turn's cache",
+            "gate call, no wait/write, a 2 KB answer",
+            "gate call, no wait/read answered by the turn's cache, a 2 KB answer",
             "keyed scopes/call on one of 1,000,000 idle credentials",
             "keyed scopes/call on the only credential"]:
     w(f"| {key.split('/', 1)[1]} | {ns(key, gate)} |")

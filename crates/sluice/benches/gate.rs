@@ -94,8 +94,21 @@ fn gate_call(c: &mut Criterion) {
     // so the answer's size should not be paid again on each read.
     let config = GateConfig::default()
         .credential("k", roomy())
-        .tool("search", ToolConfig::read("k"));
+        .tool("search", ToolConfig::read("k"))
+        .tool("post", ToolConfig::write("k"));
     let gate = rt.block_on(async { Gate::builder(config, search_api()).seed(1).build().unwrap() });
+    // Sent each time: the answer is parsed for the model on every call.
+    group.bench_function("write, a 2 KB answer", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(gate.call(Call::new("post", json!({"id": 1}))).await);
+                }
+                start.elapsed()
+            })
+        })
+    });
     let turn = gate.turn();
     group.bench_function("read answered by the turn's cache, a 2 KB answer", |b| {
         b.iter_custom(|iters| {

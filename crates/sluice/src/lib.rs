@@ -83,6 +83,7 @@
 //! # });
 //! ```
 pub mod adapt;
+mod body;
 mod call;
 mod canonical;
 pub mod clock;
@@ -105,6 +106,7 @@ pub mod shared;
 pub mod signal;
 mod turn;
 
+pub use body::Body;
 pub use call::{Call, Completion, Route};
 pub use config::{
     ConfigError, Cost, CredentialConfig, Defaults, GateConfig, GroupConfig, Priority,

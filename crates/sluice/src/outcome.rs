@@ -1,9 +1,10 @@
 //! What the model is told: exactly one [`Outcome`] per call, serialized with `status` as the tag.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::body::Body;
 
 /// The model-facing result of one tool call.
 ///
@@ -26,10 +27,10 @@ pub enum Outcome {
     Ok {
         /// The upstream HTTP status.
         http_status: u16,
-        /// The upstream body: JSON as JSON, anything else as a string.
-        /// Shared: the calls a flight or the turn's cache answers hold
-        /// this one, so a large answer is not copied for each of them.
-        body: Arc<serde_json::Value>,
+        /// The upstream body: JSON as JSON, anything else as a string,
+        /// parsed when first read and shared by the calls one answer
+        /// answers (see [`Body`]).
+        body: Body,
     },
     /// Deferred: nothing (more) was sent; the same call may be re-issued later.
     RateLimited {
@@ -244,16 +245,6 @@ impl Outcome {
     }
 }
 
-/// An upstream body as the model sees it: JSON when it parses, else text
-/// (invalid UTF-8 replaced), so nothing is lost and nothing is re-encoded.
-pub(crate) fn body_value(body: &[u8]) -> serde_json::Value {
-    if body.is_empty() {
-        return serde_json::Value::Null;
-    }
-    serde_json::from_slice(body)
-        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(body).into_owned()))
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -355,12 +346,5 @@ mod tests {
         let o = Outcome::rate_limited("api_key", Reason::Throttled, Duration::from_micros(1), None);
         assert_eq!(o.retry_after(), Some(Duration::from_millis(1)));
         assert_eq!(millis_ceil(Duration::from_micros(1_001)), 2);
-    }
-
-    #[test]
-    fn bodies_keep_json_as_json_and_text_as_text() {
-        assert_eq!(body_value(br#"{"a":1}"#), json!({"a":1}));
-        assert_eq!(body_value(b"plain"), json!("plain"));
-        assert_eq!(body_value(b""), serde_json::Value::Null);
     }
 }

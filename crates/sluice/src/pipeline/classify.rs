@@ -5,10 +5,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::reserve::next_slot;
+use crate::body::Body;
 use crate::call::Completion;
 use crate::engine::Engine;
 use crate::executor::{NoRetry, TransportError};
-use crate::outcome::{Outcome, Reason, body_value};
+use crate::outcome::{Outcome, Reason};
 use crate::retry::Failure;
 use crate::scope::ScopeRef;
 use crate::signal::Signal;
@@ -43,7 +44,7 @@ pub(super) fn response(
     if !signal.throttled && status.as_u16() < 400 {
         let outcome = Outcome::Ok {
             http_status: status.as_u16(),
-            body: Arc::new(body_value(response.body())),
+            body: Body::from_bytes(response.body().clone()),
         };
         return Ok(Completion {
             outcome,
