@@ -409,13 +409,19 @@ over = {r["strategy"]: r for r in scenarios if r["scenario"] == "overload"}
 shared_key = {r["strategy"]: r for r in scenarios if r["scenario"] == "shared-key"}
 unknown = {r["strategy"]: r for r in scenarios if r["scenario"] == "unknown-limit"}
 goals = []
-if gcra and gov and gov_std:
-    goals.append(goal(gcra <= 1.5 * gov, f"GCRA reservation within 1.5x governor's `check()`: {gcra / gov:.2f}x "
-                      f"with governor's own TSC clock; {gcra / gov_std:.2f}x with the same std clock as ours "
-                      f"(a std clock read alone takes {limiter.get('reservation/parts/clock read', 0):.0f} ns here)"))
-if window and gov and gov_std:
-    goals.append(goal(window <= 3 * gov, f"sliding-window reservation within 3x governor: {window / gov:.2f}x "
-                      f"(own clock), {window / gov_std:.2f}x (same clock)"))
+# Each library on the clock it reads in production (sluice's engine clock,
+# governor's TSC clock), and both on the same std clock.
+gcra_engine = limiter.get("reservation/uncontended/sluice gcra, engine clock")
+window_engine = limiter.get("reservation/uncontended/sluice sliding window, engine clock")
+if gcra_engine and gcra and gov and gov_std:
+    goals.append(goal(gcra_engine <= 1.5 * gov, f"GCRA reservation within 1.5x governor's `check()`: "
+                      f"{gcra_engine / gov:.2f}x each on its production clock; {gcra / gov_std:.2f}x on the "
+                      f"same std clock (a std clock read alone takes "
+                      f"{limiter.get('reservation/parts/clock read', 0):.0f} ns here)"))
+if window_engine and window and gov and gov_std:
+    goals.append(goal(window_engine <= 3 * gov, f"sliding-window reservation within 3x governor: "
+                      f"{window_engine / gov:.2f}x each on its production clock, "
+                      f"{window / gov_std:.2f}x on the same std clock"))
 if call:
     goals.append(goal(call < 2000, f"a non-waiting gate call under 2 µs: {call / 1000:.2f} µs"))
     goals.append(goal(call <= 500, f"engine (issue 18): a non-waiting write through the gate ≤ 0.5 µs: "
@@ -432,7 +438,6 @@ if many and only:
 if allocated:
     goals.append(goal(int(allocated.group(1)) <= 300, f"engine (issue 18): memory per idle scope ≤ 300 bytes: "
                       f"{allocated.group(1)} bytes allocated and kept"))
-gcra_engine = limiter.get("reservation/uncontended/sluice gcra, engine clock")
 if gcra_engine and gov:
     goals.append(goal(gcra_engine <= gov, f"clock (issue 18): GCRA reservation on the engine's clock ≤ 1.0x "
                       f"governor's `check()` with its own clock: {gcra_engine / gov:.2f}x "
