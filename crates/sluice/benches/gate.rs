@@ -9,7 +9,6 @@
 //! `cargo bench -p sluice --bench gate`
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::future::Future;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -36,21 +35,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Times `iters` calls, one after another, each the future `call` makes.
-fn time_calls<F: Future>(
-    rt: &tokio::runtime::Runtime,
-    iters: u64,
-    mut call: impl FnMut() -> F,
-) -> Duration {
-    rt.block_on(async {
-        let start = Instant::now();
-        for _ in 0..iters {
-            black_box(call().await);
-        }
-        start.elapsed()
-    })
-}
-
 /// Limits far above the load: every call goes straight through.
 fn roomy() -> CredentialConfig {
     CredentialConfig::with_rate("1000000/1ms".parse().unwrap())
@@ -72,23 +56,35 @@ fn gate_call(c: &mut Criterion) {
     let mut group = c.benchmark_group("gate call, no wait");
     group.bench_function("write (admission, permit, reservation, outcome)", |b| {
         b.iter_custom(|iters| {
-            time_calls(&rt, iters, || {
-                gate.call(Call::new("write", json!({"id": 1})))
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(gate.call(Call::new("write", json!({"id": 1}))).await);
+                }
+                start.elapsed()
             })
         })
     });
     group.bench_function("read in its own turn (plus single-flight)", |b| {
         b.iter_custom(|iters| {
-            time_calls(&rt, iters, || {
-                gate.call(Call::new("read", json!({"id": 1})))
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(gate.call(Call::new("read", json!({"id": 1}))).await);
+                }
+                start.elapsed()
             })
         })
     });
     let turn = gate.turn();
     group.bench_function("read answered by the turn's cache", |b| {
         b.iter_custom(|iters| {
-            time_calls(&rt, iters, || {
-                turn.call(Call::new("read", json!({"id": 1})))
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(turn.call(Call::new("read", json!({"id": 1}))).await);
+                }
+                start.elapsed()
             })
         })
     });
@@ -104,16 +100,24 @@ fn gate_call(c: &mut Criterion) {
     // Sent each time: the answer is parsed for the model on every call.
     group.bench_function("write, a 2 KB answer", |b| {
         b.iter_custom(|iters| {
-            time_calls(&rt, iters, || {
-                gate.call(Call::new("post", json!({"id": 1})))
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(gate.call(Call::new("post", json!({"id": 1}))).await);
+                }
+                start.elapsed()
             })
         })
     });
     let turn = gate.turn();
     group.bench_function("read answered by the turn's cache, a 2 KB answer", |b| {
         b.iter_custom(|iters| {
-            time_calls(&rt, iters, || {
-                turn.call(Call::new("search", json!({"q": "rust"})))
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(turn.call(Call::new("search", json!({"q": "rust"}))).await);
+                }
+                start.elapsed()
             })
         })
     });
@@ -207,8 +211,12 @@ fn body_signals(c: &mut Criterion) {
         let gate = make(mode);
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                time_calls(&rt, iters, || {
-                    gate.call(Call::new("write", json!({"id": 1})))
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        black_box(gate.call(Call::new("write", json!({"id": 1}))).await);
+                    }
+                    start.elapsed()
                 })
             })
         });
@@ -248,14 +256,26 @@ fn keyed_scopes(c: &mut Criterion) {
     let mut i = 0usize;
     group.bench_function("call on one of 1,000,000 idle credentials", |b| {
         b.iter_custom(|iters| {
-            time_calls(&rt, iters, || {
-                i = (i + 7_919) % scopes;
-                gate.call(routed(i))
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    i = (i + 7_919) % scopes;
+                    black_box(gate.call(routed(i)).await);
+                }
+                start.elapsed()
             })
         })
     });
     group.bench_function("call on the only credential", |b| {
-        b.iter_custom(|iters| time_calls(&rt, iters, || one.call(routed(0))))
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(one.call(routed(0)).await);
+                }
+                start.elapsed()
+            })
+        })
     });
     group.finish();
 }
