@@ -97,7 +97,8 @@ fn gate_call(c: &mut Criterion) {
         .tool("search", ToolConfig::read("k"))
         .tool("post", ToolConfig::write("k"));
     let gate = rt.block_on(async { Gate::builder(config, search_api()).seed(1).build().unwrap() });
-    // Sent each time: the answer is parsed for the model on every call.
+    // Sent each time: every call's outcome holds the answer (kept as the
+    // upstream's bytes until something reads it).
     group.bench_function("write, a 2 KB answer", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {

@@ -28,8 +28,8 @@ pub enum Outcome {
         /// The upstream HTTP status.
         http_status: u16,
         /// The upstream body: JSON as JSON, anything else as a string,
-        /// parsed when first read and shared by the calls one answer
-        /// answers (see [`Body`]).
+        /// parsed when first read, and shared by every call the same
+        /// request answers (see [`Body`]).
         body: Body,
     },
     /// Deferred: nothing (more) was sent; the same call may be re-issued later.
