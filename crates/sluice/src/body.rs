@@ -89,7 +89,7 @@ impl<'de> Deserialize<'de> for Body {
 
 /// An upstream body as the model sees it: JSON when it parses, else text
 /// (invalid UTF-8 replaced), so nothing is lost and nothing is re-encoded.
-pub(crate) fn body_value(body: &[u8]) -> Value {
+fn body_value(body: &[u8]) -> Value {
     if body.is_empty() {
         return Value::Null;
     }
