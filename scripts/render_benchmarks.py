@@ -214,12 +214,12 @@ w("")
 # Micro
 w("## Micro: one reservation, one gate call")
 w("")
-w("`cargo bench -p sluice --bench limiter`, `cargo bench -p sluice --bench gate` "
+w("`cargo bench -p sluice --bench limiter`, `cargo bench -p sluice-bench --bench gate` "
   "(criterion, median estimate) and `cargo bench -p sluice --bench memory` (a counting allocator). "
   "\"engine clock\": the clock a production build reads (the TSC through quanta, "
-  "microseconds straight off the counter) and the scope's lock, as a call reserves; the gate bench "
-  "builds with the `tokio-clock` feature (benches share the tests' dev-dependencies), so its calls "
-  "read tokio's clock.")
+  "microseconds straight off the counter) and the scope's lock, as a call reserves. The gate "
+  "bench lives in its own crate so that it builds sluice as a release build does, without the "
+  "`tokio-clock` feature the tests turn on: its calls read the same counter.")
 w("")
 w("| benchmark | uncontended | 2 threads, one cell |")
 w("|---|---:|---:|")

@@ -6,7 +6,9 @@
 //! measured here once read 0 when the allocator reused what building the
 //! configuration had freed.)
 //!
-//! `cargo bench -p sluice --bench gate`
+//! `cargo bench -p sluice-bench --bench gate`: this crate builds sluice
+//! without the `tokio-clock` feature, so every call reads the clock a
+//! production build reads (the time-stamp counter).
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::hint::black_box;
