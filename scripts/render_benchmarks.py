@@ -377,7 +377,10 @@ if shared.get("peers"):
       "pipeline) and a sliding log (one Lua script over a sorted set), each written in "
       "`crates/sluice-cli/src/bench/peers.rs`. Decisions per second with a limit that never binds; "
       "then the same callers offering three times the limit: admitted starts, round trips per "
-      "admitted start, and the most starts in any one-second window against the limit.")
+      "admitted start, and the most starts in any one-second window against the limit, counted "
+      "where each caller starts (for sluice, when it wakes for its slot). sluice asks Redis for "
+      "the limit as its engine does: the window widened by the default 20 ms `window_margin`, "
+      "which absorbs a caller that wakes a little after its slot; the peers have no such setting.")
     w("")
     w("| limiter | decisions/s | round trips per decision | at 3x: admitted/s | round trips per admitted | most starts in any second (limit) |")
     w("|---|---:|---:|---:|---:|---:|")

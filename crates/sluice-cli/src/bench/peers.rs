@@ -10,6 +10,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::Serialize;
 use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
+use sluice::{Defaults, Rate};
 use sluice_redis::{RedisBudget, RedisConfig};
 use tokio::time::Instant;
 
@@ -70,6 +71,11 @@ struct Limiter {
     trips: AtomicU64,
     next: AtomicU64,
     limit: u32,
+    /// What sluice's engine asks Redis for under `limit` per second: the
+    /// window widened by the default `window_margin`, as every credential
+    /// that does not set its own is (the margin absorbs a caller that wakes
+    /// for its slot a little late; the peers have no such setting).
+    engine_rate: Rate,
 }
 
 impl Limiter {
@@ -86,7 +92,7 @@ impl Limiter {
                     credential: key,
                     scopes: &["api_key"],
                     limit: Some(SharedLimit {
-                        rate: format!("{}/1s", self.limit).parse()?,
+                        rate: self.engine_rate,
                         burst: None,
                     }),
                     windows: &[],
@@ -165,6 +171,7 @@ where
         trips: AtomicU64::new(0),
         next: AtomicU64::new(0),
         limit: 1_000_000,
+        engine_rate: engine_rate(1_000_000)?,
     });
     let before = server_trips().await?;
     let (decided, _) = drive(&open, "open", callers, seconds, None).await?;
@@ -181,6 +188,7 @@ where
         trips: AtomicU64::new(0),
         next: AtomicU64::new(0),
         limit,
+        engine_rate: engine_rate(limit)?,
     });
     // Three times the limit offered: each caller asks once per this.
     let pace = Duration::from_secs_f64(callers as f64 / (3.0 * f64::from(limit)));
@@ -205,6 +213,15 @@ where
         busiest_second: busiest(&times, 1_000.0),
         limit,
     })
+}
+
+/// `limit` per second as the engine sends it to Redis: the window widened
+/// by the default margin, at most a tenth of it (`Rate::widened`).
+fn engine_rate(limit: u32) -> anyhow::Result<Rate> {
+    let count = std::num::NonZeroU32::new(limit).ok_or_else(|| anyhow::anyhow!("a zero limit"))?;
+    let second = Duration::from_secs(1);
+    let window = second + Defaults::default().window_margin.min(second / 10);
+    Rate::new(count, window).ok_or_else(|| anyhow::anyhow!("no rate of {limit} per {window:?}"))
 }
 
 /// `callers` tasks deciding for `seconds` (back to back, or one attempt per
