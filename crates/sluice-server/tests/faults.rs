@@ -610,3 +610,67 @@ async fn a_daily_quota_that_runs_out_mid_run_stops_the_sending() {
         h.assert_idle().await;
     }
 }
+
+/// The sidecar keeps its connections to the upstream: calls one after
+/// another share one; a connection the upstream closed while it sat idle
+/// (a keep-alive timeout) is not written to, so a write after it is sent
+/// once, on a new connection; and an answer that says `connection: close`
+/// ends its connection. On one thread, so that one idle pool serves every
+/// call.
+#[tokio::test]
+async fn upstream_connections_are_kept_and_a_closed_one_is_not_written_to() {
+    let upstream = Upstream::scripted(|seen| {
+        if seen.target.ends_with("/bye") {
+            Fault::OkThenClose
+        } else if seen.target.contains("/close") {
+            Fault::status(200, &["connection: close"])
+        } else {
+            Fault::Ok
+        }
+    })
+    .await;
+    let h = Harness::new(&upstream.url()).await;
+    for i in 0..10 {
+        assert_eq!(h.call("read", &format!("a{i}"), 2_000).await.status(), "ok");
+    }
+    assert_eq!(upstream.connections(), 1, "ten calls, one connection");
+
+    assert_eq!(h.call("read", "bye", 2_000).await.status(), "ok");
+    eventually("the upstream closes its side", || {
+        upstream.open_connections() == 0
+    })
+    .await;
+    // Give the sidecar's connection task a turn to read the close.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(h.call("write", "after", 2_000).await.status(), "ok");
+    assert_eq!(requests_per_call(&upstream)["after"], 1, "sent once");
+    assert_eq!(upstream.connections(), 2, "on a new connection");
+
+    for i in 0..3 {
+        assert_eq!(
+            h.call("read", &format!("close{i}"), 2_000).await.status(),
+            "ok"
+        );
+    }
+    assert_eq!(h.call("read", "last", 2_000).await.status(), "ok");
+    let seen = upstream.seen();
+    let on = |n: &str| {
+        seen.iter()
+            .find(|s| s.target.ends_with(n))
+            .unwrap()
+            .connection
+    };
+    assert_eq!(
+        on("/after"),
+        on("/close0"),
+        "kept until an answer closes it"
+    );
+    let after_close = [on("/close0"), on("/close1"), on("/close2"), on("/last")];
+    for pair in after_close.windows(2) {
+        assert!(
+            pair[0] < pair[1],
+            "a closing answer ends its connection: {after_close:?}"
+        );
+    }
+    h.assert_idle().await;
+}

@@ -141,6 +141,38 @@ async fn a_stream_holds_its_permit_until_its_body_ends() {
     assert_eq!(status["credentials"][0]["in_flight"], 0, "{status}");
 }
 
+/// A stream's connection is its own until the stream ends: a request made
+/// meanwhile, on the same thread, goes out at once on another connection,
+/// not behind the stream; and a request after both still finds its way.
+#[tokio::test]
+async fn a_request_during_a_stream_is_not_held_behind_it() {
+    let upstream = Chunked::spawn(Script::events(
+        &["data: 0\n\n", "data: 1\n\n", "data: 2\n\n"],
+        Duration::from_millis(150),
+    ))
+    .await;
+    let sidecar = Sidecar::spawn(state(plain(&upstream.url, ""))).await;
+    let url = format!("{}/proxy/support/events", sidecar.url);
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { chunks(&url).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = chunks(&url).await;
+    let first = first.await.unwrap();
+    assert_eq!((first.0, second.0), (200, 200));
+    let arrived = upstream.arrived();
+    let first_end = *upstream.sent()[0].last().unwrap();
+    assert!(
+        arrived[1] < first_end,
+        "the second request waited {:?} for the first stream to end",
+        arrived[1] - first_end
+    );
+    let third = chunks(&url).await;
+    assert_eq!(third.0, 200);
+    assert_eq!(upstream.arrived().len(), 3);
+}
+
 #[tokio::test]
 async fn a_long_answer_streams_past_a_mebibyte_and_arrives_whole() {
     // 3 MiB of JSON-ish text in 64 KiB chunks, no declared length.

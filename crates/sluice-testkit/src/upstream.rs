@@ -52,6 +52,10 @@ pub enum Fault {
     },
     /// Bytes that are not HTTP at all, then close.
     NotHttp,
+    /// A complete `200` as [`Fault::Ok`] (nothing in it says the
+    /// connection ends), then the connection closed: what a server's
+    /// keep-alive timeout does to a connection the client keeps idle.
+    OkThenClose,
 }
 
 impl Fault {
@@ -104,6 +108,7 @@ impl Fault {
             Fault::Trickle { .. } => "trickle",
             Fault::Raw { .. } => "raw",
             Fault::NotHttp => "not_http",
+            Fault::OkThenClose => "ok_then_close",
         }
     }
 }
@@ -351,6 +356,13 @@ async fn answer(stream: &mut TcpStream, seen: &Seen, fault: &Fault) -> bool {
             let mut out = head(200, &[json, length(body.len())]);
             out.extend_from_slice(&body);
             stream.write_all(&out).await.is_ok()
+        }
+        Fault::OkThenClose => {
+            let mut out = head(200, &[json, length(body.len())]);
+            out.extend_from_slice(&body);
+            let _ = stream.write_all(&out).await;
+            let _ = stream.shutdown().await;
+            false
         }
         Fault::Hang => {
             // Hold the connection, reading (and dropping) whatever comes,

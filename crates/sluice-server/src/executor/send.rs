@@ -2,11 +2,10 @@
 //! credential's origin; a tool's answer read whole, a proxied one streamed.
 
 use std::collections::BTreeMap;
-use std::error::Error as _;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{ACCEPT, USER_AGENT};
+use http::header::{ACCEPT, HOST, USER_AGENT};
 use http::uri::{Authority, Scheme};
 use http::{HeaderName, HeaderValue, Uri};
 use http_body_util::{BodyExt, Full};
@@ -17,7 +16,7 @@ use sluice_config::Upstream;
 use url::Url;
 
 use super::body::{STREAM_PAST, UpstreamBody, body_matters, streams_at_once};
-use super::client::{ClientError, Clients};
+use super::client::{ClientError, Connector, Pool, SendError};
 use crate::payload::Outbound;
 
 /// The largest upstream body read into memory; a larger one fails the
@@ -38,6 +37,12 @@ struct Target {
     auth: Option<(HeaderName, HeaderValue)>,
     /// Which answers' bodies the signal reader needs.
     body_signals: BodySignals,
+    /// `scheme://authority/`, where connections are opened.
+    origin: Uri,
+    /// The `Host` a request carries unless it has one.
+    host: HeaderValue,
+    /// Idle connections to the origin.
+    pool: Pool,
 }
 
 /// Sends calls' requests over HTTP/1.1, following no redirect and reaching
@@ -54,7 +59,7 @@ struct Target {
 /// the call keeps its concurrency permit until the body has been delivered.
 #[derive(Debug, Clone)]
 pub struct HttpExecutor {
-    clients: Arc<Clients>,
+    connector: Connector,
     /// foldhash: one look-up per request, on a short key (SipHash was
     /// most of its cost).
     targets: Arc<foldhash::HashMap<String, Target>>,
@@ -81,8 +86,15 @@ impl HttpExecutor {
                     Some((upstream.auth_header.clone(), value))
                 }
             };
-            let (scheme, authority) = origin(&upstream.base_url)
-                .ok_or_else(|| ClientError(format!("the base URL of {name} has no origin")))?;
+            let no_origin = || ClientError(format!("the base URL of {name} has no origin"));
+            let (scheme, authority) = origin(&upstream.base_url).ok_or_else(no_origin)?;
+            let at = Uri::builder()
+                .scheme(scheme.clone())
+                .authority(authority.clone())
+                .path_and_query("/")
+                .build()
+                .map_err(|_| no_origin())?;
+            let host = HeaderValue::from_str(authority.as_str()).map_err(|_| no_origin())?;
             targets.insert(
                 name.clone(),
                 Target {
@@ -90,11 +102,14 @@ impl HttpExecutor {
                     authority,
                     auth,
                     body_signals: upstream.body_signals,
+                    origin: at,
+                    host,
+                    pool: Pool::default(),
                 },
             );
         }
         Ok(HttpExecutor {
-            clients: Clients::new()?,
+            connector: Connector::new()?,
             targets: Arc::new(targets),
         })
     }
@@ -125,26 +140,32 @@ impl HttpExecutor {
         if !headers.contains_key(ACCEPT) {
             headers.insert(ACCEPT, HeaderValue::from_static(ANY));
         }
+        if !headers.contains_key(HOST) {
+            headers.insert(HOST, target.host.clone());
+        }
         let mut sent = http::Request::new(Full::new(outbound.body.clone()));
         *sent.method_mut() = outbound.method.clone();
         *sent.uri_mut() = uri;
         *sent.headers_mut() = headers;
         // The gate enforces the call's deadline: it drops this future when
-        // the deadline passes, which cancels the request.
-        let response = self.clients.get().request(sent).await.map_err(|error| {
-            let message = chain(&error);
-            if error.is_connect() {
-                TransportError::connect(message)
-            } else {
-                TransportError::other(message)
-            }
-        })?;
+        // the deadline passes, which cancels the request (and closes its
+        // connection).
+        let (response, lease) = target
+            .pool
+            .send(&self.connector, &target.origin, sent)
+            .await
+            .map_err(|error| match error {
+                SendError::Connect(message) => TransportError::connect(message),
+                SendError::Request(message) => TransportError::other(message),
+            })?;
         let (parts, mut body) = response.into_parts();
         // A proxied answer's body goes beside the head unless the signal
         // reader needs it; a tool's is the outcome's.
         let beside = !matches!(&*request.payload, Outbound::Tool { .. })
             && !body_matters(parts.status, &parts.headers, target.body_signals);
         let may_stream = beside && matches!(&*request.payload, Outbound::ProxyStream(_));
+        // A streamed answer keeps its connection until it ends; the
+        // connection then closes rather than going back idle.
         if may_stream && streams_at_once(&parts.headers) {
             return Ok(streaming(parts, Bytes::new(), body));
         }
@@ -153,7 +174,11 @@ impl HttpExecutor {
         } else {
             MAX_RESPONSE_BODY
         };
-        match read_up_to(&mut body, limit).await? {
+        let read = read_up_to(&mut body, limit).await?;
+        if let Read::Whole(_) = read {
+            lease.give_back();
+        }
+        match read {
             Read::Whole(whole) if beside => {
                 let mut head = http::Response::from_parts(parts, Bytes::new());
                 head.extensions_mut().insert(UpstreamBody::Whole(whole));
@@ -214,13 +239,9 @@ impl Target {
         if url.scheme() != self.scheme.as_str() || authority != self.authority.as_str() {
             return None;
         }
+        // Origin-form, as HTTP/1 sends it to the origin itself.
         let path_and_query = &url[url::Position::BeforePath..url::Position::AfterQuery];
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(path_and_query)
-            .build()
-            .ok()
+        Uri::builder().path_and_query(path_and_query).build().ok()
     }
 }
 
@@ -246,22 +267,4 @@ impl Executor for HttpExecutor {
     ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send {
         self.send(request)
     }
-}
-
-/// An error and its causes on one line (a hyper error names no URL).
-fn chain(error: &hyper_util::client::legacy::Error) -> String {
-    let mut parts = vec![if error.is_connect() {
-        "cannot connect to the upstream".to_owned()
-    } else {
-        "the request to the upstream failed".to_owned()
-    }];
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if parts.last() != Some(&text) {
-            parts.push(text);
-        }
-        source = cause.source();
-    }
-    parts.join(": ")
 }
