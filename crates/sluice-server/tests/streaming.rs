@@ -91,24 +91,44 @@ async fn events_stream_through_the_scrubber_too() {
     stream_through(config(&upstream.url, "", ""), &upstream).await;
 }
 
-#[tokio::test]
-async fn a_stream_holds_its_permit_until_its_body_ends() {
+/// An event stream (three events 150 ms apart) through a sidecar whose
+/// credential sets `limits`, with one client 50 ms into reading it.
+struct StreamInFlight {
+    upstream: Chunked,
+    sidecar: Sidecar,
+    url: String,
+    first: tokio::task::JoinHandle<(u16, Vec<(Instant, String)>)>,
+}
+
+async fn a_stream_in_flight(limits: &str) -> StreamInFlight {
     let upstream = Chunked::spawn(Script::events(
         &["data: 0\n\n", "data: 1\n\n", "data: 2\n\n"],
         Duration::from_millis(150),
     ))
     .await;
-    let sidecar = Sidecar::spawn(state(plain(
-        &upstream.url,
-        "rate = \"100/1s\"\nmax_in_flight = 1\nqueue = 4",
-    )))
-    .await;
+    let sidecar = Sidecar::spawn(state(plain(&upstream.url, limits))).await;
     let url = format!("{}/proxy/support/events", sidecar.url);
     let first = tokio::spawn({
         let url = url.clone();
         async move { chunks(&url).await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
+    StreamInFlight {
+        upstream,
+        sidecar,
+        url,
+        first,
+    }
+}
+
+#[tokio::test]
+async fn a_stream_holds_its_permit_until_its_body_ends() {
+    let StreamInFlight {
+        upstream,
+        sidecar,
+        url,
+        first,
+    } = a_stream_in_flight("rate = \"100/1s\"\nmax_in_flight = 1\nqueue = 4").await;
     let status: Value = reqwest::get(format!("{}/v1/status", sidecar.url))
         .await
         .unwrap()
@@ -146,18 +166,12 @@ async fn a_stream_holds_its_permit_until_its_body_ends() {
 /// not behind the stream; and a request after both still finds its way.
 #[tokio::test]
 async fn a_request_during_a_stream_is_not_held_behind_it() {
-    let upstream = Chunked::spawn(Script::events(
-        &["data: 0\n\n", "data: 1\n\n", "data: 2\n\n"],
-        Duration::from_millis(150),
-    ))
-    .await;
-    let sidecar = Sidecar::spawn(state(plain(&upstream.url, ""))).await;
-    let url = format!("{}/proxy/support/events", sidecar.url);
-    let first = tokio::spawn({
-        let url = url.clone();
-        async move { chunks(&url).await }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let StreamInFlight {
+        upstream,
+        sidecar: _sidecar,
+        url,
+        first,
+    } = a_stream_in_flight("").await;
     let second = chunks(&url).await;
     let first = first.await.unwrap();
     assert_eq!((first.0, second.0), (200, 200));
