@@ -56,6 +56,23 @@ async fn forwards_as_is_with_the_secret_swapped_in() {
     }
     let host = echo.url.trim_start_matches("http://");
     assert_eq!(headers["host"], host);
+    // What the client did not say, the sidecar says for it...
+    let agent = headers["user-agent"].to_str().unwrap();
+    assert!(agent.starts_with("sluice/"), "{agent}");
+    assert_eq!(headers["accept"], "*/*");
+    // ...and what it said is kept, once.
+    let request = Request::get("/proxy/support/items")
+        .header("user-agent", "agent/1")
+        .header("accept", "application/json")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&router, request).await.status, StatusCode::OK);
+    let seen = echo.seen();
+    let headers = &seen[1].headers;
+    for (name, value) in [("user-agent", "agent/1"), ("accept", "application/json")] {
+        let sent: Vec<_> = headers.get_all(name).iter().collect();
+        assert_eq!(sent, [value], "{name}");
+    }
 }
 
 #[tokio::test]

@@ -131,18 +131,19 @@ impl HttpExecutor {
             TransportError::other("refused: the request does not go to the credential's base URL")
         })?;
         let mut headers = outbound.headers.clone();
+        // Room for the four below at once: a clone has none to spare, and
+        // growing it one insert at a time re-indexed it each time.
+        headers.reserve(4);
         if let Some((name, value)) = &target.auth {
             headers.insert(name.clone(), value.clone());
         }
-        if !headers.contains_key(USER_AGENT) {
-            headers.insert(USER_AGENT, HeaderValue::from_static(SLUICE_AGENT));
-        }
-        if !headers.contains_key(ACCEPT) {
-            headers.insert(ACCEPT, HeaderValue::from_static(ANY));
-        }
-        if !headers.contains_key(HOST) {
-            headers.insert(HOST, target.host.clone());
-        }
+        headers
+            .entry(USER_AGENT)
+            .or_insert_with(|| HeaderValue::from_static(SLUICE_AGENT));
+        headers
+            .entry(ACCEPT)
+            .or_insert_with(|| HeaderValue::from_static(ANY));
+        headers.entry(HOST).or_insert_with(|| target.host.clone());
         let mut sent = http::Request::new(Full::new(outbound.body.clone()));
         *sent.method_mut() = outbound.method.clone();
         *sent.uri_mut() = uri;
