@@ -39,6 +39,13 @@ pub const REASON_HEADER: &str = "x-sluice-reason";
 /// On sluice's 429: the scope that deferred the call.
 pub const SCOPE_HEADER: &str = "x-sluice-scope";
 
+/// The request headers above as names, made once: a look-up by a `&str`
+/// parses and checks the name first, on every request.
+const DEADLINE: HeaderName = HeaderName::from_static(DEADLINE_HEADER);
+const TURN: HeaderName = HeaderName::from_static(TURN_HEADER);
+const PRIORITY: HeaderName = HeaderName::from_static(PRIORITY_HEADER);
+const OUTCOME: HeaderName = HeaderName::from_static(OUTCOME_HEADER);
+
 const PREFIX: &str = "/proxy/";
 /// Longest accepted turn id.
 const MAX_TURN_ID: usize = 256;
@@ -128,7 +135,7 @@ async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError>
 
 /// The priority header, if sent: `high`, `normal` or `low`.
 fn priority(headers: &HeaderMap) -> Result<Option<Priority>, ApiError> {
-    let Some(value) = headers.get(PRIORITY_HEADER) else {
+    let Some(value) = headers.get(&PRIORITY) else {
         return Ok(None);
     };
     value
@@ -145,7 +152,7 @@ fn priority(headers: &HeaderMap) -> Result<Option<Priority>, ApiError> {
 
 /// The deadline header, bounded and capped at `cap`.
 fn deadline(headers: &HeaderMap, cap: Duration) -> Result<Option<Duration>, ApiError> {
-    let Some(value) = headers.get(DEADLINE_HEADER) else {
+    let Some(value) = headers.get(&DEADLINE) else {
         return Ok(None);
     };
     let ms = value
@@ -164,7 +171,7 @@ fn deadline(headers: &HeaderMap, cap: Duration) -> Result<Option<Duration>, ApiE
 }
 
 fn turn_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get(TURN_HEADER) else {
+    let Some(value) = headers.get(&TURN) else {
         return Ok(None);
     };
     value
@@ -207,7 +214,7 @@ fn respond(completion: Completion, method: &Method) -> Response {
         _ => (StatusCode::BAD_GATEWAY, Json(&outcome)).into_response(),
     };
     response.headers_mut().insert(
-        HeaderName::from_static(OUTCOME_HEADER),
+        OUTCOME,
         HeaderValue::from_static(outcome.status()),
     );
     response
