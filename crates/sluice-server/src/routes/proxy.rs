@@ -213,10 +213,9 @@ fn respond(completion: Completion, method: &Method) -> Response {
         }
         _ => (StatusCode::BAD_GATEWAY, Json(&outcome)).into_response(),
     };
-    response.headers_mut().insert(
-        OUTCOME,
-        HeaderValue::from_static(outcome.status()),
-    );
+    response
+        .headers_mut()
+        .insert(OUTCOME, HeaderValue::from_static(outcome.status()));
     response
 }
 
