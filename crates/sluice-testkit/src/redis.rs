@@ -135,6 +135,27 @@ impl Tls {
     fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
+
+    /// A TLS acceptor presenting the server certificate (for `127.0.0.1`
+    /// and `localhost`), for a test server of any protocol.
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(self.file("server.pem"))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let key = PrivateKeyDer::from_pem_file(self.file("server.key")).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
 }
 
 impl Drop for Tls {
