@@ -43,17 +43,8 @@ path = "/{credential}/item?n={{n}}"
 
 fn serve(config: &Path, shadow: bool) -> SluiceProcess {
     let binary = Path::new(env!("CARGO_BIN_EXE_sluice"));
-    let mut args = vec![
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-    ];
-    if shadow {
-        args.push("--shadow");
-    }
-    SluiceProcess::start(binary, &args, &[("RUST_LOG", "warn")])
+    let extra: &[&str] = if shadow { &["--shadow"] } else { &[] };
+    SluiceProcess::serve(binary, config, extra, &[("RUST_LOG", "warn")])
 }
 
 /// `GET /v1/status`.

@@ -45,16 +45,7 @@ redis_url = "{redis}"
 fn start(config: &Path) -> Vec<SluiceProcess> {
     let binary = Path::new(env!("CARGO_BIN_EXE_sluice"));
     (0..PROCESSES)
-        .map(|_| {
-            let args = [
-                "serve",
-                "--config",
-                config.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ];
-            SluiceProcess::start(binary, &args, &[("RUST_LOG", "warn")])
-        })
+        .map(|_| SluiceProcess::serve(binary, config, &[], &[("RUST_LOG", "warn")]))
         .collect()
 }
 

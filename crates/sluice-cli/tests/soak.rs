@@ -33,14 +33,7 @@ async fn thousands_of_faulty_calls_through_a_redis_outage() {
     };
     let binary = Path::new(env!("CARGO_BIN_EXE_sluice"));
     let report = soak::run(&options, |config, env| {
-        let args = [
-            "serve",
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ];
-        SluiceProcess::start(binary, &args, env)
+        SluiceProcess::serve(binary, config, &[], env)
     })
     .await;
     eprintln!("{}", report.table());

@@ -91,21 +91,9 @@ fn sidecar(dir: &Path, port: u16, roots: &Path) -> SluiceProcess {
     )
     .unwrap();
     let binary = Path::new(env!("CARGO_BIN_EXE_sluice"));
-    let args = [
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-    ];
-    SluiceProcess::start(
-        binary,
-        &args,
-        &[
-            ("RUST_LOG", "warn"),
-            ("SSL_CERT_FILE", roots.to_str().unwrap()),
-        ],
-    )
+    let roots = roots.to_string_lossy();
+    let env = [("RUST_LOG", "warn"), ("SSL_CERT_FILE", &*roots)];
+    SluiceProcess::serve(binary, &config, &[], &env)
 }
 
 fn temp_dir(name: &str) -> std::path::PathBuf {

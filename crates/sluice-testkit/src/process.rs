@@ -62,6 +62,15 @@ impl SluiceProcess {
         }
     }
 
+    /// `binary serve --config CONFIG --listen 127.0.0.1:0`, then `extra`,
+    /// with `env` added.
+    pub fn serve(binary: &Path, config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let config = config.to_string_lossy();
+        let mut args = vec!["serve", "--config", &config, "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Self::start(binary, &args, env)
+    }
+
     /// Its process id (for `/proc/<pid>/...`).
     pub fn pid(&self) -> u32 {
         self.child.id()
