@@ -87,7 +87,11 @@ fn sidecar(dir: &Path, port: u16, roots: &Path) -> SluiceProcess {
     let config = dir.join("sluice.toml");
     std::fs::write(
         &config,
-        format!("[credentials.api]\nbase_url = \"https://localhost:{port}\"\nrate = \"100/1s\"\n"),
+        // One worker: a client's requests may come on more than one
+        // connection, and each worker keeps its own upstream connections.
+        format!(
+            "[server]\nworkers = 1\n\n[credentials.api]\nbase_url = \"https://localhost:{port}\"\nrate = \"100/1s\"\n"
+        ),
     )
     .unwrap();
     let binary = Path::new(env!("CARGO_BIN_EXE_sluice"));
