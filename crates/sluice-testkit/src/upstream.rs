@@ -12,9 +12,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use crate::Tls;
 
 /// Largest request head read; past it the connection is dropped.
 const MAX_HEAD: usize = 64 << 10;
@@ -155,6 +159,8 @@ struct State {
 /// The misbehaving upstream, on 127.0.0.1 (a free port); stops when dropped.
 pub struct Upstream {
     addr: SocketAddr,
+    /// Serves `https://` (the certificate of a [`Tls`]).
+    tls: bool,
     state: Arc<State>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -170,10 +176,25 @@ impl Upstream {
         Upstream::with_records(script, 100_000).await
     }
 
+    /// As [`Upstream::spawn`], over TLS with `tls`'s server certificate
+    /// (for `127.0.0.1` and `localhost`). Its connections count TCP
+    /// accepts, a refused handshake included.
+    pub async fn spawn_tls(fault: Fault, tls: &Tls) -> Upstream {
+        Upstream::start(move |_| fault.clone(), 100_000, Some(tls.acceptor())).await
+    }
+
     /// As [`Upstream::scripted`], keeping at most `keep` request records.
     pub async fn with_records(
         script: impl Fn(&Seen) -> Fault + Send + Sync + 'static,
         keep: usize,
+    ) -> Upstream {
+        Upstream::start(script, keep, None).await
+    }
+
+    async fn start(
+        script: impl Fn(&Seen) -> Fault + Send + Sync + 'static,
+        keep: usize,
+        tls: Option<TlsAcceptor>,
     ) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -186,13 +207,20 @@ impl Upstream {
             open: AtomicUsize::new(0),
             started: Instant::now(),
         });
-        let task = tokio::spawn(accept(listener, state.clone()));
-        Upstream { addr, state, task }
+        let secure = tls.is_some();
+        let task = tokio::spawn(accept(listener, state.clone(), tls));
+        Upstream {
+            addr,
+            tls: secure,
+            state,
+            task,
+        }
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` over TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// The requests read so far (at most the first `keep`).
@@ -222,19 +250,28 @@ impl Drop for Upstream {
     }
 }
 
-async fn accept(listener: TcpListener, state: Arc<State>) {
+async fn accept(listener: TcpListener, state: Arc<State>, tls: Option<TlsAcceptor>) {
     // The connections die with the accept task (dropping a JoinSet aborts them).
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                let _ = stream.set_nodelay(true);
                 let id = state.connections.fetch_add(1, Ordering::SeqCst);
                 let state = state.clone();
                 state.open.fetch_add(1, Ordering::SeqCst);
+                let tls = tls.clone();
                 connections.spawn(async move {
                     let _open = OpenGuard(state.clone());
-                    serve(stream, id, &state).await;
+                    match tls {
+                        None => serve(stream, id, &state).await,
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(stream).await {
+                                serve(stream, id, &state).await;
+                            }
+                        }
+                    }
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -250,9 +287,26 @@ impl Drop for OpenGuard {
     }
 }
 
+/// A connection the upstream serves: plain TCP, or TLS over it.
+trait Connection: AsyncRead + AsyncWrite + Unpin {
+    /// The TCP stream underneath (to reset it).
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Connection for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl Connection for TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
 /// One connection: requests one after another until a fault ends it or the client leaves.
-async fn serve(mut stream: TcpStream, id: u64, state: &State) {
-    let _ = stream.set_nodelay(true);
+async fn serve(mut stream: impl Connection, id: u64, state: &State) {
     let mut buffer = Vec::new();
     loop {
         let Some(seen) = read_request(&mut stream, &mut buffer, id, state).await else {
@@ -274,7 +328,7 @@ async fn serve(mut stream: TcpStream, id: u64, state: &State) {
 
 /// Reads one request head (and skips its body); `None` when the client is gone.
 async fn read_request(
-    stream: &mut TcpStream,
+    stream: &mut impl Connection,
     buffer: &mut Vec<u8>,
     id: u64,
     state: &State,
@@ -347,7 +401,7 @@ fn head(status: u16, lines: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// Acts out `fault`; true when the connection may serve another request.
-async fn answer(stream: &mut TcpStream, seen: &Seen, fault: &Fault) -> bool {
+async fn answer(stream: &mut impl Connection, seen: &Seen, fault: &Fault) -> bool {
     let body = json_body(seen);
     let length = |n: usize| format!("content-length: {n}").into_bytes();
     let json = b"content-type: application/json".to_vec();
@@ -372,7 +426,7 @@ async fn answer(stream: &mut TcpStream, seen: &Seen, fault: &Fault) -> bool {
             false
         }
         Fault::Reset => {
-            let _ = stream.set_zero_linger();
+            let _ = stream.tcp().set_zero_linger();
             false
         }
         Fault::CloseMidBody => {
