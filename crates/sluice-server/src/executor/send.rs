@@ -31,13 +31,12 @@ const ANY: &str = "*/*";
 /// A credential as the executor needs it: where, and how to sign.
 #[derive(Debug)]
 struct Target {
-    scheme: Scheme,
-    authority: Authority,
     /// `(header, prefix + secret)`, the value marked sensitive.
     auth: Option<(HeaderName, HeaderValue)>,
     /// Which answers' bodies the signal reader needs.
     body_signals: BodySignals,
-    /// `scheme://authority/`, where connections are opened.
+    /// `scheme://authority/`: where connections are opened, and the only
+    /// origin requests may go to.
     origin: Uri,
     /// The `Host` a request carries unless it has one.
     host: HeaderValue,
@@ -87,19 +86,12 @@ impl HttpExecutor {
                 }
             };
             let no_origin = || ClientError(format!("the base URL of {name} has no origin"));
-            let (scheme, authority) = origin(&upstream.base_url).ok_or_else(no_origin)?;
-            let at = Uri::builder()
-                .scheme(scheme.clone())
-                .authority(authority.clone())
-                .path_and_query("/")
-                .build()
-                .map_err(|_| no_origin())?;
+            let at = origin(&upstream.base_url).ok_or_else(no_origin)?;
+            let authority = at.authority().ok_or_else(no_origin)?;
             let host = HeaderValue::from_str(authority.as_str()).map_err(|_| no_origin())?;
             targets.insert(
                 name.clone(),
                 Target {
-                    scheme,
-                    authority,
                     auth,
                     body_signals: upstream.body_signals,
                     origin: at,
@@ -237,7 +229,9 @@ impl Target {
     fn uri(&self, url: &Url) -> Option<Uri> {
         // Compared as text: the origin was parsed once, at start.
         let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
-        if url.scheme() != self.scheme.as_str() || authority != self.authority.as_str() {
+        if Some(url.scheme()) != self.origin.scheme_str()
+            || Some(authority) != self.origin.authority().map(Authority::as_str)
+        {
             return None;
         }
         // Origin-form, as HTTP/1 sends it to the origin itself.
@@ -246,8 +240,8 @@ impl Target {
     }
 }
 
-/// A URL's scheme and authority as a URI has them, if it has a host.
-fn origin(url: &Url) -> Option<(Scheme, Authority)> {
+/// A URL's `scheme://authority/` as a URI, if it has a host.
+fn origin(url: &Url) -> Option<Uri> {
     let scheme = match url.scheme() {
         "http" => Scheme::HTTP,
         "https" => Scheme::HTTPS,
@@ -256,7 +250,12 @@ fn origin(url: &Url) -> Option<(Scheme, Authority)> {
     // `Url` omits the scheme's default port and has no user info here
     // (the configuration refuses it); what is left is host[:port].
     let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
-    Authority::try_from(authority).ok().map(|a| (scheme, a))
+    Uri::builder()
+        .scheme(scheme)
+        .authority(authority)
+        .path_and_query("/")
+        .build()
+        .ok()
 }
 
 impl Executor for HttpExecutor {
