@@ -76,6 +76,28 @@ impl SluiceProcess {
         self.child.id()
     }
 
+    /// Sends it SIGTERM (through `kill(1)`), without waiting.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Its exit status, once it exits within `within`; `None` if it is
+    /// still running then.
+    pub fn exited_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let until = std::time::Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Stops it with SIGKILL and returns what it wrote to stderr.
     pub fn stop(&mut self) -> String {
         let _ = self.child.kill();
