@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_testkit::{Fault, SluiceProcess, Upstream};
+use sluice_testkit::{Fault, SluiceProcess, Upstream, exited_within, free_port, serve_args};
 
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_sluice"))
@@ -30,13 +30,6 @@ fn config(dir: &Path, upstream: &Upstream) -> PathBuf {
     path
 }
 
-fn serve_args(config: &Path, listen: &str) -> Vec<String> {
-    let config = config.to_string_lossy().into_owned();
-    ["serve", "--config", &config, "--listen", listen]
-        .map(str::to_owned)
-        .to_vec()
-}
-
 /// True once nothing listens on `listen`: a plain bind takes it (and
 /// gives it back at once).
 fn port_free(listen: &str) -> bool {
@@ -53,13 +46,8 @@ async fn a_restart_takes_the_port_while_the_old_process_finishes_its_calls() {
     let dir = std::env::temp_dir().join(format!("sluice-restart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = config(&dir, &upstream);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let args = serve_args(&config, &listen);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let args = serve_args(&config, &listen, &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut old = SluiceProcess::start(binary(), &args, &[("RUST_LOG", "warn")]);
 
@@ -70,16 +58,9 @@ async fn a_restart_takes_the_port_while_the_old_process_finishes_its_calls() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = second.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > until {
-            let _ = second.kill();
-            panic!("a second sidecar started on the port the first one serves");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = exited_within(&mut second, Duration::from_secs(20)) else {
+        let _ = second.kill();
+        panic!("a second sidecar started on the port the first one serves");
     };
     assert!(!status.success());
     let stderr = std::io::read_to_string(second.stderr.take().unwrap()).unwrap();

@@ -13,7 +13,7 @@ mod upstream;
 
 use std::net::TcpListener;
 
-pub use process::SluiceProcess;
+pub use process::{SluiceProcess, exited_within, serve_args};
 pub use procfs::{ProcStats, proc_stats};
 pub use redis::{RedisCluster, RedisServer, TLS_PASSWORD, TLS_USER, Tls};
 pub use rng::SplitMix;

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 /// A running `sluice` process that announced `listening on http://ADDR`.
@@ -65,9 +65,8 @@ impl SluiceProcess {
     /// `binary serve --config CONFIG --listen 127.0.0.1:0`, then `extra`,
     /// with `env` added.
     pub fn serve(binary: &Path, config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let config = config.to_string_lossy();
-        let mut args = vec!["serve", "--config", &config, "--listen", "127.0.0.1:0"];
-        args.extend_from_slice(extra);
+        let args = serve_args(config, "127.0.0.1:0", extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         Self::start(binary, &args, env)
     }
 
@@ -85,17 +84,8 @@ impl SluiceProcess {
 
     /// Its exit status, once it exits within `within`; `None` if it is
     /// still running then.
-    pub fn exited_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let until = std::time::Instant::now() + within;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if std::time::Instant::now() >= until {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    pub fn exited_within(&mut self, within: Duration) -> Option<ExitStatus> {
+        exited_within(&mut self.child, within)
     }
 
     /// Stops it with SIGKILL and returns what it wrote to stderr.
@@ -113,5 +103,30 @@ impl Drop for SluiceProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The arguments of `sluice serve --config CONFIG --listen LISTEN`, then `extra`.
+pub fn serve_args(config: &Path, listen: &str, extra: &[&str]) -> Vec<String> {
+    let config = config.to_string_lossy().into_owned();
+    let mut args: Vec<String> = ["serve", "--config", &config, "--listen", listen]
+        .map(str::to_owned)
+        .to_vec();
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+    args
+}
+
+/// `child`'s exit status, once it exits within `within`; `None` if it is
+/// still running then.
+pub fn exited_within(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let until = std::time::Instant::now() + within;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
