@@ -26,6 +26,9 @@ pub struct Scrubber {
     finder: AhoCorasick,
     /// Every form searched for, as bytes (for the held-back suffix of a stream).
     forms: Vec<Vec<u8>>,
+    /// The length of the shortest form: nothing shorter can hold a secret,
+    /// so most header names and values are passed over without a search.
+    shortest: usize,
 }
 
 impl Scrubber {
@@ -58,12 +61,20 @@ impl Scrubber {
             .match_kind(MatchKind::LeftmostLongest)
             .build(&forms)
             .ok()?;
-        Some(Arc::new(Scrubber { finder, forms }))
+        let shortest = forms.iter().map(Vec::len).min()?;
+        Some(Arc::new(Scrubber {
+            finder,
+            forms,
+            shortest,
+        }))
     }
 
     /// `input` with every secret masked, or `None` when it holds none (the
     /// caller keeps its bytes as they are, without a copy).
     pub fn bytes(&self, input: &[u8]) -> Option<Vec<u8>> {
+        if input.len() < self.shortest {
+            return None;
+        }
         let mut matches = self.finder.find_iter(input).peekable();
         matches.peek()?;
         let mut out = Vec::with_capacity(input.len());
@@ -110,7 +121,7 @@ impl Scrubber {
 
     /// True when `input` holds a secret.
     pub fn finds(&self, input: &[u8]) -> bool {
-        self.finder.is_match(input)
+        input.len() >= self.shortest && self.finder.is_match(input)
     }
 
     /// The length of the longest end of `input` that is the beginning of a
@@ -203,6 +214,21 @@ mod tests {
         let upper = scrubber(&["SK-UPPER/1"]);
         assert_eq!(upper.bytes(b"sk-upper%2f1"), None);
         assert!(upper.bytes(b"SK-UPPER%2f1").is_some());
+    }
+
+    /// The length check before a search: a secret exactly as long as the
+    /// input, or as long as one of its shorter forms, is still found; a
+    /// strict prefix of the shortest form is not a secret.
+    #[test]
+    fn input_as_short_as_the_shortest_form_is_still_searched() {
+        // The first secret's forms are all longer than the second secret.
+        let s = scrubber(&["a\"b-long-secret", "k-0123"]);
+        assert_eq!(s.shortest, "k-0123".len());
+        assert!(s.finds(b"k-0123"));
+        assert_eq!(s.bytes(b"k-0123").as_deref(), Some(MASK));
+        assert!(!s.finds(b"k-012"));
+        assert_eq!(s.bytes(b"k-012"), None);
+        assert!(s.finds(b"a\"b-long-secret"));
     }
 
     #[test]
