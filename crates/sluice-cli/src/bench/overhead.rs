@@ -6,9 +6,10 @@
 //! limits far above the load, the same with a credential secret that the
 //! scrubber looks for in every answer, nginx in front of the same fake — a
 //! fixed-rate open-loop load measures latency from each request's scheduled
-//! start (so a slow server cannot hide queueing), then a closed-loop load
-//! measures the highest rate it sustains, then the time to the first body
-//! byte of an event stream (directly, and through each sidecar).
+//! start (so a slow server cannot hide queueing), and a closed-loop load
+//! measures the highest rate it sustains, both in rounds interleaved across
+//! the targets; then the time to the first body byte of an event stream
+//! (directly, and through each sidecar).
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -34,8 +35,8 @@ pub(crate) struct Args {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
-    /// Fixed-rate rounds per target, interleaved across targets; the
-    /// figures are the median round's.
+    /// Rounds per target (a fixed-rate load, then a closed loop),
+    /// interleaved across targets; the figures are the median round's.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Connections for the highest-rate measurement.
@@ -60,7 +61,13 @@ pub(crate) struct Figures {
     /// CPU time the serving process spent per request at the fixed rate
     /// (the fake for the direct target, the proxy alone for the others).
     pub(crate) cpu_us_per_request: Option<f64>,
+    /// The median round's highest rate.
     pub(crate) max_rate: f64,
+    /// Every round's highest rate, in the order measured.
+    pub(crate) max_rate_rounds: Vec<f64>,
+    /// The median over rounds of this target's highest rate against
+    /// nginx's in the same round (`None` without nginx).
+    pub(crate) max_rate_vs_nginx: Option<f64>,
     /// Median time to the first body byte of an event stream whose events
     /// come 100 ms apart: the streaming upstream itself for the direct
     /// target, through the proxy for the sidecars.
@@ -182,9 +189,10 @@ async fn nginx(dir: &std::path::Path, upstream: &str) -> anyhow::Result<Server> 
     .await
 }
 
-/// Interleaved fixed-rate rounds over every target (so a noisy moment of
-/// the machine lands on one round of one target, not on a whole target),
-/// then each target's highest rate.
+/// Interleaved rounds over every target, each a fixed-rate load and then a
+/// closed loop (so a noisy moment of the machine lands on one round of one
+/// target, not on a whole target, and a target's highest rate is compared
+/// with nginx's of the same round).
 async fn measure(targets: &[Target], fake: &str, args: &Args) -> anyhow::Result<Vec<Figures>> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections * 2)
@@ -224,33 +232,45 @@ async fn measure(targets: &[Target], fake: &str, args: &Args) -> anyhow::Result<
             let cpu = cpu_before
                 .zip(cpu_seconds(target.pid))
                 .map(|(before, after)| (after - before) * 1e6 / fixed.sent.max(1) as f64);
+            eprintln!(
+                "{}: round {}, {} connections back to back for {} s",
+                target.name,
+                round + 1,
+                args.connections,
+                args.seconds
+            );
+            let max_rate = closed_loop(
+                &client,
+                &target.url,
+                args.connections,
+                Duration::from_secs(args.seconds),
+            )
+            .await;
             measured.push(Round {
                 sent: fixed.sent,
                 failed: fixed.failed,
                 p50_us: fixed.percentile(50),
                 p99_us: fixed.percentile(99),
                 cpu_us_per_request: cpu,
+                max_rate,
             });
         }
     }
+    let nginx = targets
+        .iter()
+        .position(|target| target.name.starts_with("nginx"))
+        .map(|at| rounds[at].iter().map(|r| r.max_rate).collect::<Vec<_>>());
     let mut results = Vec::new();
     for (target, measured) in targets.iter().zip(rounds) {
-        eprintln!(
-            "{}: {} connections back to back for {} s",
-            target.name, args.connections, args.seconds
-        );
-        let max_rate = closed_loop(
-            &client,
-            &target.url,
-            args.connections,
-            Duration::from_secs(args.seconds),
-        )
-        .await;
         let median = |pick: fn(&Round) -> u64| {
             let mut values: Vec<u64> = measured.iter().map(pick).collect();
             values.sort_unstable();
             values.get(values.len() / 2).copied().unwrap_or(0)
         };
+        let max_rate_rounds: Vec<f64> = measured.iter().map(|r| r.max_rate).collect();
+        let max_rate_vs_nginx = nginx
+            .as_ref()
+            .and_then(|nginx| ratio_by_round(&max_rate_rounds, nginx));
         let ttfb_us = match &target.ttfb_url {
             Some(url) => {
                 eprintln!("{}: time to the first byte of a stream", target.name);
@@ -262,11 +282,10 @@ async fn measure(targets: &[Target], fake: &str, args: &Args) -> anyhow::Result<
             }
             None => None,
         };
-        let mut cpu: Vec<f64> = measured
+        let cpu = measured
             .iter()
             .filter_map(|r| r.cpu_us_per_request)
             .collect();
-        cpu.sort_by(f64::total_cmp);
         results.push(Figures {
             target: target.name.to_owned(),
             rate: args.rate,
@@ -275,12 +294,32 @@ async fn measure(targets: &[Target], fake: &str, args: &Args) -> anyhow::Result<
             p50_us: median(|r| r.p50_us),
             p99_us: median(|r| r.p99_us),
             p99_rounds_us: measured.iter().map(|r| r.p99_us).collect(),
-            cpu_us_per_request: cpu.get(cpu.len() / 2).copied(),
-            max_rate,
+            cpu_us_per_request: median_of(cpu),
+            max_rate: median_of(max_rate_rounds.clone()).unwrap_or(0.0),
+            max_rate_rounds,
+            max_rate_vs_nginx,
             ttfb_us,
         });
     }
     Ok(results)
+}
+
+/// The median of `values` (the upper one of an even count), if any.
+fn median_of(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
+/// The median over rounds of `ours` against `theirs` of the same round:
+/// a round the machine slowed down counts against both sides at once.
+fn ratio_by_round(ours: &[f64], theirs: &[f64]) -> Option<f64> {
+    let ratios = ours
+        .iter()
+        .zip(theirs)
+        .filter(|(_, theirs)| **theirs > 0.0)
+        .map(|(ours, theirs)| ours / theirs)
+        .collect();
+    median_of(ratios)
 }
 
 /// One fixed-rate round on one target.
@@ -290,6 +329,8 @@ struct Round {
     p50_us: u64,
     p99_us: u64,
     cpu_us_per_request: Option<f64>,
+    /// Successes per second of the closed loop that followed.
+    max_rate: f64,
 }
 
 /// User plus system CPU time of process `pid` so far, from `/proc/PID/stat`
@@ -333,25 +374,30 @@ async fn closed_loop(
 
 pub(crate) fn table(results: &[Figures], args: &Args) -> String {
     let direct = results.first();
-    let nginx = results.iter().find(|r| r.target.starts_with("nginx"));
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| target | p50 at {} req/s | p99 (median of {} rounds) | p99 of each round | added p50 | added p99 | CPU per request | failed | highest rate ({} connections) | vs nginx | first byte of a stream | added |",
+        "\n| target | p50 at {} req/s | p99 (median of {} rounds) | p99 of each round | added p50 | added p99 | CPU per request | failed | highest rate ({} connections, median round) | of each round | vs nginx (median of each round's) | first byte of a stream | added |",
         args.rate, args.rounds, args.connections
     );
     let _ = writeln!(
         out,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in results {
         let added = |value: u64, base: u64| value as i64 - base as i64;
         let (added50, added99) = direct.map_or((0, 0), |d| {
             (added(r.p50_us, d.p50_us), added(r.p99_us, d.p99_us))
         });
-        let versus = nginx.map_or("-".to_owned(), |n| {
-            format!("{:.2}", r.max_rate / n.max_rate)
-        });
+        let versus = r
+            .max_rate_vs_nginx
+            .map_or("-".to_owned(), |ratio| format!("{ratio:.2}"));
+        let rates = r
+            .max_rate_rounds
+            .iter()
+            .map(|rate| format!("{rate:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let rounds = r
             .p99_rounds_us
             .iter()
@@ -370,7 +416,7 @@ pub(crate) fn table(results: &[Figures], args: &Args) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {:.2} ms | {:.2} ms | {rounds} | {:+.2} ms | {:+.2} ms | {cpu} | {} of {} | {:.0}/s | {} | {ttfb} | {ttfb_added} |",
+            "| {} | {:.2} ms | {:.2} ms | {rounds} | {:+.2} ms | {:+.2} ms | {cpu} | {} of {} | {:.0}/s | {rates} | {} | {ttfb} | {ttfb_added} |",
             r.target,
             r.p50_us as f64 / 1_000.0,
             r.p99_us as f64 / 1_000.0,
@@ -396,4 +442,22 @@ pub(crate) fn table(results: &[Figures], args: &Args) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_compared_round_by_round() {
+        assert_eq!(median_of(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median_of(Vec::new()), None);
+        // Each round's ratio (0.5, 1.0, 0.8), not the ratio of the two
+        // medians (1.0: 1,000 against 1,000).
+        let ours = [500.0, 1_000.0, 1_600.0];
+        let theirs = [1_000.0, 1_000.0, 2_000.0];
+        assert_eq!(ratio_by_round(&ours, &theirs), Some(0.8));
+        // A round nginx served nothing in says nothing.
+        assert_eq!(ratio_by_round(&[500.0], &[0.0]), None);
+    }
 }
