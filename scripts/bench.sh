@@ -18,6 +18,7 @@ cargo bench -p sluice --bench limiter -- --warm-up-time 1 --measurement-time 3 2
 
 step "micro: a whole gate call, 1,000,000 keyed scopes"
 cargo bench -p sluice-bench --bench gate -- --warm-up-time 1 --measurement-time 3 2>/dev/null | tee "$out/gate.txt" >&2
+cargo bench -p sluice-bench --bench keyed_ratio 2>/dev/null | tee -a "$out/gate.txt" >&2
 
 step "micro: bytes an idle scope keeps (a counting allocator, 1,000,000 scopes)"
 cargo bench -p sluice --bench memory 2>/dev/null | tee "$out/memory.txt" >&2

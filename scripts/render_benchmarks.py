@@ -132,6 +132,9 @@ if budgets_only:
 
 limiter = criterion(read("limiter.txt"))
 gate = criterion(read("gate.txt"))
+# The keyed scopes' ratio in alternating batches (`--bench keyed_ratio`), when the run had it.
+keyed = re.search(r"keyed scopes, interleaved: ratio ([\d.]+) \(median of (\d+) pairs of (\d+) calls; "
+                  r"([\d.]+) µs against ([\d.]+) µs", read("gate.txt"))
 # The memory bench's allocation count (issue 18), when the run had it.
 allocated = (re.search(r"allocated per idle scope: (\d+) bytes in ([\d.]+) blocks \((\d+) scopes", read("memory.txt"))
              if os.path.exists(os.path.join(results, "memory.txt")) else None)
@@ -249,6 +252,10 @@ for key in ["gate call, no wait/write (admission, permit, reservation, outcome)"
             "keyed scopes/call on one of 1,000,000 idle credentials",
             "keyed scopes/call on the only credential"]:
     w(f"| {key.split('/', 1)[1]} | {ns(key, gate)} |")
+if keyed:
+    w(f"| the two above in {keyed.group(2)} alternating pairs of {int(keyed.group(3)):,}-call batches "
+      f"(`--bench keyed_ratio`), the median pair | {keyed.group(4)} against {keyed.group(5)} µs: "
+      f"{keyed.group(1)}x |")
 if allocated:
     w(f"| memory per idle scope ({int(allocated.group(3)):,} scopes, bytes allocated and kept) | "
       f"{allocated.group(1)} bytes in {allocated.group(2)} blocks |")
@@ -450,7 +457,14 @@ if cached:
                       f"{cached / 1000:.2f} µs"))
 many = gate.get("keyed scopes/call on one of 1,000,000 idle credentials")
 only = gate.get("keyed scopes/call on the only credential")
-if many and only:
+if keyed:
+    # Judged on the alternating batches: each pair's ratio is taken at one moment of the machine.
+    ratio = float(keyed.group(1))
+    separate = f"; {many / only:.2f}x from the two criterion runs" if many and only else ""
+    goals.append(goal(ratio <= 2, f"engine (issue 18): a call on one of 1,000,000 idle credentials ≤ 2x the "
+                      f"single-credential call: {ratio:.2f}x in alternating batches ({keyed.group(4)} against "
+                      f"{keyed.group(5)} µs){separate}"))
+elif many and only:
     goals.append(goal(many <= 2 * only, f"engine (issue 18): a call on one of 1,000,000 idle credentials ≤ 2x the "
                       f"single-credential call: {many / only:.2f}x ({many / 1000:.2f} against {only / 1000:.2f} µs)"))
 if allocated:

@@ -4,7 +4,8 @@
 //! lookups among 1,000,000 keyed scopes. (The memory an idle scope takes is
 //! the `memory` bench's: a counting allocator. The resident set's growth
 //! measured here once read 0 when the allocator reused what building the
-//! configuration had freed.)
+//! configuration had freed.) The keyed scopes' ratio is also measured in
+//! alternating batches: the `keyed_ratio` bench.
 //!
 //! `cargo bench -p sluice-bench --bench gate`: this crate builds sluice
 //! without the `tokio-clock` feature, so every call reads the clock a
@@ -17,36 +18,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
-use sluice::{Call, CredentialConfig, Gate, GateConfig, Route, ToolConfig, executor_fn};
+use sluice::{Call, Gate, GateConfig, ToolConfig, executor_fn};
 
-const SCOPES: usize = 1_000_000;
+mod common;
 
-/// `SLUICE_BENCH_SCOPES` shrinks the keyed scopes, for a profile under
-/// valgrind of the other cases (their figures are unchanged by it).
-fn scopes() -> usize {
-    std::env::var("SLUICE_BENCH_SCOPES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(SCOPES)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-}
-
-/// Limits far above the load: every call goes straight through.
-fn roomy() -> CredentialConfig {
-    CredentialConfig::with_rate("1000000/1ms".parse().unwrap())
-        .max_in_flight(1_000_000)
-        .queue(1_000_000)
-}
-
-fn no_op() -> impl sluice::Executor<Payload = serde_json::Value> {
-    executor_fn(|_request| async { Ok(http::Response::new(Bytes::from_static(b"{}"))) })
-}
+use common::{idle_credentials, no_op, roomy, routed, runtime, scopes};
 
 fn gate_call(c: &mut Criterion) {
     let rt = runtime();
@@ -227,33 +203,10 @@ fn body_signals(c: &mut Criterion) {
     group.finish();
 }
 
-fn routed(credential: usize) -> Call {
-    let route = Route {
-        credential: format!("k{credential}"),
-        read: false,
-        idempotent: false,
-        deadline: None,
-    };
-    Call::routed("call", route, json!({}))
-}
-
 fn keyed_scopes(c: &mut Criterion) {
     let rt = runtime();
     let scopes = scopes();
-    let config = (0..scopes).fold(GateConfig::default(), |config, i| {
-        config.credential(&format!("k{i}"), roomy())
-    });
-    let gate = rt.block_on(async { Gate::builder(config, no_op()).seed(1).build().unwrap() });
-    // Touch every credential once: its scope is created on first use.
-    rt.block_on(async {
-        for i in 0..scopes {
-            black_box(gate.call(routed(i)).await);
-        }
-    });
-    let one = rt.block_on(async {
-        let config = GateConfig::default().credential("k0", roomy());
-        Gate::builder(config, no_op()).seed(1).build().unwrap()
-    });
+    let (gate, one) = idle_credentials(&rt, scopes);
     let mut group = c.benchmark_group("keyed scopes");
     group.measurement_time(Duration::from_secs(4));
     let mut i = 0usize;
