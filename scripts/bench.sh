@@ -21,7 +21,7 @@ cargo bench -p sluice-bench --bench gate -- --warm-up-time 1 --measurement-time 
 cargo bench -p sluice-bench --bench keyed_ratio 2>/dev/null | tee -a "$out/gate.txt" >&2
 
 step "micro: bytes an idle scope keeps (a counting allocator, 1,000,000 scopes)"
-cargo bench -p sluice --bench memory 2>/dev/null | tee "$out/memory.txt" >&2
+cargo bench -p sluice-bench --bench memory 2>/dev/null | tee "$out/memory.txt" >&2
 
 step "scenarios: every strategy on every scenario"
 "$bin" bench scenarios --json > "$out/scenarios.json"

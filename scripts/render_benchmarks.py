@@ -220,7 +220,7 @@ w("")
 w("## Micro: one reservation, one gate call")
 w("")
 w("`cargo bench -p sluice --bench limiter`, `cargo bench -p sluice-bench --bench gate` "
-  "(criterion, median estimate) and `cargo bench -p sluice --bench memory` (a counting allocator). "
+  "(criterion, median estimate) and `cargo bench -p sluice-bench --bench memory` (a counting allocator). "
   "\"engine clock\": the clock a production build reads (the TSC through quanta, "
   "microseconds straight off the counter) and the scope's lock, as a call reserves. The gate "
   "bench lives in its own crate so that it builds sluice as a release build does, without the "

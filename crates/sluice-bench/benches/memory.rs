@@ -4,56 +4,29 @@
 //! tallies every allocation and free. Unlike the resident set size, this
 //! counts neither the allocator's slack nor pages touched earlier.
 //!
-//! `cargo bench -p sluice --bench memory`
+//! `cargo bench -p sluice-bench --bench memory`
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::alloc::System;
 use std::hint::black_box;
 
-use bytes::Bytes;
-use serde_json::json;
-use sluice::{Call, CredentialConfig, Gate, GateConfig, Route, executor_fn};
+use sluice::{Gate, GateConfig};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+mod common;
+
+use common::{no_op, roomy, routed, scopes};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
-const SCOPES: usize = 1_000_000;
-
-/// `SLUICE_BENCH_SCOPES` scopes, or a million (fewer, to run it under a
-/// heap profiler).
-fn scopes() -> usize {
-    std::env::var("SLUICE_BENCH_SCOPES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(SCOPES)
-}
-
-fn routed(credential: usize) -> Call {
-    let route = Route {
-        credential: format!("k{credential}"),
-        read: false,
-        idempotent: false,
-        deadline: None,
-    };
-    Call::routed("call", route, json!({}))
-}
-
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let roomy = CredentialConfig::with_rate("1000000/1ms".parse().unwrap())
-        .max_in_flight(1_000_000)
-        .queue(1_000_000);
+    let rt = common::runtime();
     let scopes = scopes();
     let config = (0..scopes).fold(GateConfig::default(), |config, i| {
-        config.credential(&format!("k{i}"), roomy.clone())
+        config.credential(&format!("k{i}"), roomy())
     });
-    let executor =
-        executor_fn(|_request| async { Ok(http::Response::new(Bytes::from_static(b"{}"))) });
-    let gate = rt.block_on(async { Gate::builder(config, executor).seed(1).build().unwrap() });
+    let gate = rt.block_on(async { Gate::builder(config, no_op()).seed(1).build().unwrap() });
     // Every call's own allocations are freed when its outcome is dropped;
     // what stays is the scope, its place in the registry and the ring.
     let region = Region::new(GLOBAL);
