@@ -29,6 +29,13 @@ async fn thousands_of_faulty_calls_through_a_redis_outage() {
         redis_outage: Duration::from_secs(4),
         faults,
         seed: 7,
+        // The test runs the debug build, 48 callers and Redis on the CI
+        // machine's cores: on a slow 2-core VM one answer of 18,154 reached
+        // its caller 258 ms past its deadline under 250 ms of slack, the
+        // time spent waiting for a CPU on either side. Twice that is still
+        // far below what a call not bounded by its deadline shows (a hang
+        // lasts the upstream's whole stall).
+        slack: Duration::from_millis(500),
         ..SoakOptions::default()
     };
     let binary = Path::new(env!("CARGO_BIN_EXE_sluice"));
