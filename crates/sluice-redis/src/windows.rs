@@ -148,19 +148,23 @@ impl Spends {
 
     /// A leased start of `key`'s pool in `[from, to]` (when `take`), and the starts of
     /// `key`'s pool whose time passed unused (for the next spend script to
-    /// give back); those of every other pool are given back here.
+    /// give back); those of every other pool are given back here. `key`'s
+    /// pool allows starts as `late` as the request at hand does.
     fn pooled(
         self: &Arc<Self>,
         runner: &Arc<Runner>,
         key: &SpendKey,
-        (from, to): (Instant, Instant),
-        now: Instant,
+        window: (Instant, Instant),
+        (now, late): (Instant, Duration),
         take: bool,
     ) -> (Option<Pooled<String>>, Vec<String>) {
         let (slot, own, others) = {
             let mut pools = self.pools.lock();
             let (mut own, mut others) = (Vec::new(), Vec::new());
             pools.retain(|k, pool| {
+                if k == key {
+                    pool.allow_late(late);
+                }
                 let stale = pool.sweep(now);
                 if k == key {
                     own = stale;
@@ -172,7 +176,7 @@ impl Spends {
             let slot = pools
                 .get_mut(key)
                 .filter(|_| take)
-                .and_then(|pool| pool.take(from, to, now));
+                .and_then(|pool| pool.take(window, now));
             (slot, own, others)
         };
         self.refund_all(runner, others);
@@ -303,7 +307,13 @@ impl Spends {
         let now = Instant::now();
         let key: SpendKey = (request.credential.to_owned(), budgets.clone());
         let window = (now + not_before, now + max_wait);
-        let (slot, stale) = self.pooled(runner, &key, window, now, leasing.is_some());
+        let (slot, stale) = self.pooled(
+            runner,
+            &key,
+            window,
+            (now, request.late_start),
+            leasing.is_some(),
+        );
         if let Some(slot) = slot {
             self.refund_all(runner, stale);
             return Asked::Leased(Decision::Granted {

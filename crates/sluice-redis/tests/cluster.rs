@@ -102,6 +102,7 @@ async fn the_limiter_runs_on_a_three_master_cluster() {
             windows: &[],
             not_before: Duration::ZERO,
             max_wait: Duration::from_millis(500),
+            late_start: LATE_START,
             priority: sluice::Priority::Normal,
         })
         .await;
@@ -127,6 +128,7 @@ async fn the_limiter_runs_on_a_three_master_cluster() {
             windows: &[],
             not_before: Duration::ZERO,
             max_wait: Duration::from_millis(500),
+            late_start: LATE_START,
             priority: sluice::Priority::Normal,
         })
         .await;

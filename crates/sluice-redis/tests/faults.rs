@@ -292,6 +292,7 @@ async fn a_flushed_script_cache_is_invisible() {
             windows: &[],
             not_before: Duration::ZERO,
             max_wait: Duration::from_secs(1),
+            late_start: LATE_START,
             priority: sluice::Priority::Normal,
         })
     };

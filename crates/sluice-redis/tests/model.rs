@@ -196,6 +196,7 @@ fn run_case(server: &RedisServer, redis: &Runtime, case: &Case) -> Result<(), Te
                         windows: &[],
                         not_before: Duration::from_micros(*not_before),
                         max_wait: Duration::from_micros(*max_wait),
+                        late_start: Duration::ZERO,
                         priority: sluice::Priority::Normal,
                     }));
                     let stop = matches!(decision, Decision::Denied { .. });

@@ -215,6 +215,7 @@ async fn a_burst_of_n_calls_at_n_per_window_all_start() {
                         windows: &[],
                         not_before: Duration::ZERO,
                         max_wait: Duration::from_millis(50),
+                        late_start: LATE_START,
                         priority: sluice::Priority::Normal,
                     })
                     .await

@@ -273,6 +273,7 @@ async fn a_denial_is_remembered_for_the_calls_that_cannot_outwait_it() {
                     windows: &windows,
                     not_before: Duration::ZERO,
                     max_wait,
+                    late_start: support::LATE_START,
                     priority: sluice::Priority::Normal,
                 })
                 .await

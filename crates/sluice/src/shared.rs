@@ -68,6 +68,11 @@ pub struct ReserveRequest<'a> {
     pub not_before: Duration,
     /// The start may not come later than this, from now.
     pub max_wait: Duration,
+    /// How late after its slot's time the call may still start without
+    /// breaking `limit` at the server: half the window margin the engine
+    /// widened `limit` by (the other half absorbs transit). A backend may
+    /// hand a waiting caller a slot whose time passed by up to this.
+    pub late_start: Duration,
     /// The call's priority: a backend that holds grants until their time
     /// serves this process's waiting callers highest first
     /// ([`crate::seats`]).

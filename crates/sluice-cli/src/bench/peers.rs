@@ -98,6 +98,12 @@ impl Limiter {
                     windows: &[],
                     not_before: Duration::ZERO,
                     max_wait: Duration::from_millis(250),
+                    // As the engine asks: half of what the margin added.
+                    late_start: self
+                        .engine_rate
+                        .window()
+                        .saturating_sub(Duration::from_secs(1))
+                        / 2,
                     priority: sluice::Priority::Normal,
                 };
                 Ok(match budget.reserve(request).await {

@@ -191,6 +191,8 @@ async fn decisions(
                     windows: &[],
                     not_before: Duration::ZERO,
                     max_wait: Duration::from_secs(1),
+                    // Decisions are counted, not starts: no margin.
+                    late_start: Duration::ZERO,
                     priority: sluice::Priority::Normal,
                 };
                 if let Decision::Granted { .. } = budget.reserve(request).await {

@@ -10,12 +10,6 @@ use tokio::time::Instant;
 
 use crate::store::SlotToken;
 
-/// How late a slot may still start: a caller that waited for the
-/// reservation in flight wakes a moment after the slots due at once. The
-/// start moves later by at most this, within the engine's window margin
-/// (10 ms, which also absorbs transit jitter).
-pub(crate) const LATE_START: std::time::Duration = std::time::Duration::from_millis(3);
-
 /// A leased slot waiting for a caller.
 #[derive(Debug, Clone)]
 pub(crate) struct Pooled<T = SlotToken> {
@@ -38,6 +32,9 @@ pub(crate) struct Pool<T = SlotToken> {
     slots: VecDeque<Pooled<T>>,
     key: Option<PoolKey>,
     size: u32,
+    /// How late after its time a slot may still start a call: the
+    /// `late_start` of the requests it serves ([`Pool::allow_late`]).
+    late: Duration,
     /// Lease reservations on their way to Redis (more than one when a
     /// caller stopped waiting for another's and asked itself).
     pub(crate) fetching: u32,
@@ -66,6 +63,7 @@ impl<T> Default for Pool<T> {
             slots: VecDeque::new(),
             key: None,
             size: 1,
+            late: Duration::ZERO,
             fetching: 0,
             waiters: 0,
             epoch: 0,
@@ -153,15 +151,28 @@ impl<T> Pool<T> {
         self.drain_all()
     }
 
+    /// Slots may start calls up to `late` after their time from now on:
+    /// the `late_start` of the request at hand (half its window margin).
+    pub(crate) fn allow_late(&mut self, late: Duration) {
+        self.late = late;
+    }
+
     /// The earliest slot not stale at `now` whose call would start in
-    /// `[from, to]`. A slot whose time has just passed starts its call now,
-    /// so it serves any caller who may start now: one that began a moment
-    /// after the slot's time (a 10-call burst at 10/1s once deferred its
-    /// last call with its slot left in the pool).
-    pub(crate) fn take(&mut self, from: Instant, to: Instant, now: Instant) -> Option<Pooled<T>> {
+    /// `[from, to]`. A slot whose time has just passed (by at most the
+    /// allowed lateness) starts its call now, so it serves any
+    /// caller who may start now: one that began a moment after the slot's
+    /// time (a 10-call burst at 10/1s once deferred its last call with its
+    /// slot left in the pool), or one that waited for the reservation in
+    /// flight and woke after the slots due at once.
+    pub(crate) fn take(
+        &mut self,
+        (from, to): (Instant, Instant),
+        now: Instant,
+    ) -> Option<Pooled<T>> {
+        let late = self.late;
         let index = self.slots.iter().position(|slot| {
             let starts = slot.at.max(now);
-            starts >= from && slot.at <= to && slot.at + LATE_START >= now
+            starts >= from && slot.at <= to && slot.at + late >= now
         })?;
         let slot = self.slots.remove(index);
         if self.slots.is_empty() {
@@ -170,15 +181,12 @@ impl<T> Pool<T> {
         slot
     }
 
-    /// Removes slots whose time passed unused (by more than [`LATE_START`]);
-    /// demand was lower than the lease, so the lease shrinks.
+    /// Removes slots whose time passed unused (by more than the allowed
+    /// lateness); demand was lower than the lease, so the lease shrinks.
     pub(crate) fn sweep(&mut self, now: Instant) -> Vec<T> {
+        let late = self.late;
         let mut stale = Vec::new();
-        while self
-            .slots
-            .front()
-            .is_some_and(|slot| slot.at + LATE_START < now)
-        {
+        while self.slots.front().is_some_and(|slot| slot.at + late < now) {
             if let Some(slot) = self.slots.pop_front() {
                 stale.push(slot.token);
             }
@@ -232,6 +240,13 @@ mod tests {
     use super::*;
     use crate::store::Undo;
 
+    /// Half the engine's default margin (20 ms), as a request brings it.
+    fn pool() -> Pool {
+        let mut pool = Pool::default();
+        pool.allow_late(Duration::from_millis(10));
+        pool
+    }
+
     fn slot(at: Instant, n: u64) -> Pooled {
         Pooled {
             at,
@@ -263,17 +278,17 @@ mod tests {
     fn slots_serve_only_callers_whose_window_holds_them() {
         let t0 = Instant::now();
         let ms = Duration::from_millis(1);
-        let mut pool = Pool::default();
+        let mut pool = pool();
         pool.fill([slot(t0 + 100 * ms, 2), slot(t0 + 50 * ms, 1)]);
-        assert!(pool.take(t0 + 60 * ms, t0 + 90 * ms, t0).is_none());
+        assert!(pool.take((t0 + 60 * ms, t0 + 90 * ms), t0).is_none());
         // A slot a moment past is still good; one long past is not.
-        assert!(pool.take(t0, t0 + 200 * ms, t0 + 200 * ms).is_none());
+        assert!(pool.take((t0, t0 + 200 * ms), t0 + 200 * ms).is_none());
         assert_eq!(
-            pool.take(t0, t0 + 200 * ms, t0 + 52 * ms).unwrap().at,
+            pool.take((t0, t0 + 200 * ms), t0 + 52 * ms).unwrap().at,
             t0 + 50 * ms
         );
         assert_eq!(
-            pool.take(t0 + 60 * ms, t0 + 200 * ms, t0).unwrap().at,
+            pool.take((t0 + 60 * ms, t0 + 200 * ms), t0).unwrap().at,
             t0 + 100 * ms
         );
     }
@@ -282,20 +297,41 @@ mod tests {
     fn a_slot_just_past_serves_a_caller_who_may_start_now() {
         let t0 = Instant::now();
         let ms = Duration::from_millis(1);
-        let mut pool = Pool::default();
+        let mut pool = pool();
         pool.fill([slot(t0 + 10 * ms, 1)]);
         // Not for one who must wait until later than now.
         assert!(
-            pool.take(t0 + 13 * ms, t0 + 60 * ms, t0 + 12 * ms)
+            pool.take((t0 + 13 * ms, t0 + 60 * ms), t0 + 12 * ms)
                 .is_none()
         );
         // The caller began 1 ms after the slot's time and may start now.
         assert_eq!(
-            pool.take(t0 + 11 * ms, t0 + 61 * ms, t0 + 12 * ms)
+            pool.take((t0 + 11 * ms, t0 + 61 * ms), t0 + 12 * ms)
                 .unwrap()
                 .at,
             t0 + 10 * ms
         );
+    }
+
+    #[test]
+    fn a_slot_stays_good_for_as_late_as_the_request_allows() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let window = (t0, t0 + 100 * ms);
+        let mut pool = pool();
+        // A caller that waited for the lease wakes 9 ms after its slot: it
+        // still takes it under a 100 ms margin (50 ms late), not under none.
+        pool.fill([slot(t0, 1)]);
+        pool.allow_late(Duration::ZERO);
+        assert!(pool.take(window, t0 + 9 * ms).is_none());
+        pool.allow_late(50 * ms);
+        assert!(pool.sweep(t0 + 9 * ms).is_empty());
+        assert_eq!(pool.take(window, t0 + 9 * ms).unwrap().at, t0);
+        // Past the bound it is stale, and returned.
+        pool.fill([slot(t0, 2)]);
+        assert!(pool.take(window, t0 + 51 * ms).is_none());
+        assert_eq!(pool.sweep(t0 + 51 * ms).len(), 1);
+        assert_eq!(pool.pooled(), 0);
     }
 
     #[test]
@@ -306,7 +342,7 @@ mod tests {
         // callers and stale slots move the size.
         let sec = Duration::from_secs(1);
         let pace = 20 * ms;
-        let mut pool = Pool::default();
+        let mut pool = pool();
         assert_eq!(pool.want(8, t0, pace), 1);
         pool.waiters = 3;
         assert_eq!(pool.want(8, t0 + sec, pace), 4);
@@ -316,8 +352,8 @@ mod tests {
         assert_eq!(pool.want(8, t0 + 4 * sec, pace), 8);
         pool.waiters = 0;
         pool.fill([slot(t0, 1), slot(t0 + 10 * ms, 2)]);
-        assert_eq!(pool.sweep(t0 + 2 * ms).len(), 0);
-        assert_eq!(pool.sweep(t0 + 5 * ms).len(), 1);
+        assert_eq!(pool.sweep(t0 + 8 * ms).len(), 0);
+        assert_eq!(pool.sweep(t0 + 12 * ms).len(), 1);
         assert_eq!(pool.size(), 4);
         assert_eq!(pool.want(2, t0 + 5 * sec, pace), 2);
     }
@@ -327,7 +363,7 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis(1);
         let pace = 20 * ms;
-        let mut pool = Pool::default();
+        let mut pool = pool();
         // Slower than the limit's pace: leases of one, a round trip a call.
         assert_eq!(pool.want(8, t0, pace), 1);
         assert_eq!(pool.want(8, t0 + 30 * ms, pace), 1);
@@ -336,8 +372,8 @@ mod tests {
         assert_eq!(pool.want(8, t0 + 40 * ms, pace), 4);
         // Every pooled slot taken, none stale: it grows even after a pause.
         pool.fill([slot(t0 + 60 * ms, 1), slot(t0 + 80 * ms, 2)]);
-        assert!(pool.take(t0, t0 + sec(1), t0 + 60 * ms).is_some());
-        assert!(pool.take(t0, t0 + sec(1), t0 + 80 * ms).is_some());
+        assert!(pool.take((t0, t0 + sec(1)), t0 + 60 * ms).is_some());
+        assert!(pool.take((t0, t0 + sec(1)), t0 + 80 * ms).is_some());
         assert_eq!(pool.want(16, t0 + sec(1), pace), 8);
         // A stale slot halves it, and the pause leaves it there.
         pool.fill([slot(t0 + sec(1) + 30 * ms, 3)]);
@@ -353,7 +389,7 @@ mod tests {
     fn slots_are_spaced_as_the_last_two_callers_came_while_they_outrun_the_limit() {
         let t0 = Instant::now();
         let ms = Duration::from_millis(1);
-        let mut pool: Pool = Pool::default();
+        let mut pool = pool();
         assert_eq!(pool.spacing(20 * ms), Duration::ZERO);
         pool.arrive(t0);
         assert_eq!(pool.spacing(20 * ms), Duration::ZERO);
@@ -368,7 +404,7 @@ mod tests {
     #[test]
     fn a_new_key_returns_the_old_slots() {
         let t0 = Instant::now();
-        let mut pool = Pool::default();
+        let mut pool = pool();
         pool.fill([slot(t0, 1), slot(t0, 2)]);
         let key = PoolKey {
             scope: "api_key".into(),

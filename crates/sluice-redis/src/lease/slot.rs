@@ -119,13 +119,14 @@ impl Leases {
                     state.pool.arrive(now);
                 }
                 let mut stale = state.pool.rekey(key);
+                state.pool.allow_late(request.late_start);
                 stale.extend(state.pool.sweep(now));
                 if !stale.is_empty() {
                     // Room comes back: what Redis said is free no longer holds.
                     state.busy_until = None;
                     self.jobs.refund(&cred.name, stale);
                 }
-                if let Some(slot) = state.pool.take(not_before, latest, now) {
+                if let Some(slot) = state.pool.take((not_before, latest), now) {
                     state.decisions.leased += 1;
                     state.mode = (Mode::Shared, None);
                     return Obtained::Slot(slot.at, slot.token, now);
@@ -193,7 +194,7 @@ impl Leases {
                 Obtained::Denied(Decision::Denied {
                     hold: Hold::Rate, ..
                 }) if leases => self
-                    .pooled_after_denial(cred, not_before, latest)
+                    .pooled_after_denial(cred, (not_before, latest))
                     .await
                     .unwrap_or(obtained),
                 other => other,
@@ -212,8 +213,7 @@ impl Leases {
     async fn pooled_after_denial(
         &self,
         cred: &Arc<Cred>,
-        not_before: Instant,
-        latest: Instant,
+        window: (Instant, Instant),
     ) -> Option<Obtained> {
         let until = tokio::time::Instant::now() + self.timeout;
         loop {
@@ -224,7 +224,7 @@ impl Leases {
             {
                 let now = Instant::now();
                 let mut state = cred.state.lock();
-                if let Some(slot) = state.pool.take(not_before, latest, now) {
+                if let Some(slot) = state.pool.take(window, now) {
                     // The denial counted by `reserve` did not happen after all.
                     state.decisions.denied = state.decisions.denied.saturating_sub(1);
                     state.decisions.leased += 1;

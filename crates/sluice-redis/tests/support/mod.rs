@@ -24,6 +24,10 @@ use http_executor::HttpExecutor;
 
 pub use sluice_testkit::{RedisCluster, RedisServer, max_in_window};
 
+/// A request's `late_start` as the engine sets it on the default 20 ms
+/// window margin: half of it.
+pub const LATE_START: Duration = Duration::from_millis(10);
+
 /// A fake API allowing `allow` requests per second per key, with
 /// Retry-After set to the exact wait when it throttles.
 pub async fn fake(allow: u32) -> FakeServer {
@@ -206,6 +210,7 @@ pub async fn probe(budget: Arc<RedisBudget>, until: tokio::time::Instant) -> Dur
                 windows: &[],
                 not_before: Duration::ZERO,
                 max_wait: Duration::ZERO,
+                late_start: LATE_START,
                 priority: sluice::Priority::Normal,
             })
             .await;

@@ -773,6 +773,9 @@ async fn ask_shared<'a, E, P>(
         windows: &windows,
         not_before: Duration::from_micros(start.saturating_sub(now)),
         max_wait: Duration::from_micros(latest.saturating_sub(now)),
+        late_start: scopes
+            .first()
+            .map_or(Duration::ZERO, |primary| primary.late_start()),
         priority: job.ask.priority,
     };
     let decision = budget.reserve(request).await;

@@ -95,6 +95,16 @@ impl Limit {
         self.effective().map(|rate| rate.widened(self.margin()))
     }
 
+    /// How late a start may come after its slot and still fall inside the
+    /// window the server counts: half of what the margin widened the
+    /// window by, the other half being left for transit.
+    pub(super) fn late_start(&self) -> Duration {
+        match (self.effective(), self.enforced()) {
+            (Some(exact), Some(widened)) => widened.window().saturating_sub(exact.window()) / 2,
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Burst applies to the configured rate only; learned and auto rates
     /// use the exact window.
     pub(super) fn burst(&self) -> Option<NonZeroU32> {
@@ -128,5 +138,18 @@ mod tests {
         assert!((r.per_sec() - 19.6).abs() < 1e-6);
         assert_eq!(rate_of(0.5), "1/2s".parse().unwrap());
         assert_eq!(rate_of(f64::NAN).count().get(), 1);
+    }
+
+    #[test]
+    fn a_start_may_come_half_the_margin_late() {
+        let ms = Duration::from_millis;
+        let limit =
+            |rate: &str, margin| Limit::new(Some(rate.parse().unwrap()), None, None, margin, true);
+        assert_eq!(limit("40/1s", ms(20)).late_start(), ms(10));
+        // The margin is at most a tenth of the window.
+        assert_eq!(limit("1/100ms", ms(100)).late_start(), ms(5));
+        assert_eq!(limit("40/1s", Duration::ZERO).late_start(), Duration::ZERO);
+        let unlimited = Limit::new(None, None, None, ms(20), true);
+        assert_eq!(unlimited.late_start(), Duration::ZERO);
     }
 }

@@ -634,6 +634,12 @@ impl Scope {
         self.state().limit.enforced()
     }
 
+    /// How late after its granted slot a start may still come (half the
+    /// window margin).
+    pub(crate) fn late_start(&self) -> Duration {
+        self.state().limit.late_start()
+    }
+
     /// True when forgetting the scope changes nothing: nobody is using it,
     /// its cell is as good as fresh, nothing was learned, and it has been
     /// idle for `idle`.
