@@ -71,7 +71,9 @@ pub struct ReserveRequest<'a> {
     /// How late after its slot's time the call may still start without
     /// breaking `limit` at the server: half the window margin the engine
     /// widened `limit` by (the other half absorbs transit). A backend may
-    /// hand a waiting caller a slot whose time passed by up to this.
+    /// hand a waiting caller a slot whose time passed by up to this
+    /// (`sluice-redis` allows at least 3 ms: a slot due at once is always
+    /// a moment past for its caller).
     pub late_start: Duration,
     /// The call's priority: a backend that holds grants until their time
     /// serves this process's waiting callers highest first

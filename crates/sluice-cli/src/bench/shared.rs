@@ -191,7 +191,9 @@ async fn decisions(
                     windows: &[],
                     not_before: Duration::ZERO,
                     max_wait: Duration::from_secs(1),
-                    // Decisions are counted, not starts: no margin.
+                    // Decisions are counted, not starts: no margin (the
+                    // backend's floor still lets a slot due at once serve
+                    // the caller who takes it a moment later).
                     late_start: Duration::ZERO,
                     priority: sluice::Priority::Normal,
                 };

@@ -10,6 +10,13 @@ use tokio::time::Instant;
 
 use crate::store::SlotToken;
 
+/// The least lateness a pooled slot allows, whatever the request's
+/// `late_start`: a slot due at once is always a moment past for the caller
+/// who takes it, and on a zero margin (or a backend's own benchmark) a
+/// lease would otherwise go stale as it lands, a round trip per call.
+/// The engine's own waits are late by as much (tokio's 1 ms timer).
+pub(crate) const LATE_FLOOR: Duration = Duration::from_millis(3);
+
 /// A leased slot waiting for a caller.
 #[derive(Debug, Clone)]
 pub(crate) struct Pooled<T = SlotToken> {
@@ -63,7 +70,7 @@ impl<T> Default for Pool<T> {
             slots: VecDeque::new(),
             key: None,
             size: 1,
-            late: Duration::ZERO,
+            late: LATE_FLOOR,
             fetching: 0,
             waiters: 0,
             epoch: 0,
@@ -151,10 +158,11 @@ impl<T> Pool<T> {
         self.drain_all()
     }
 
-    /// Slots may start calls up to `late` after their time from now on:
-    /// the `late_start` of the request at hand (half its window margin).
+    /// Slots may start calls up to `late` after their time from now on
+    /// (at least [`LATE_FLOOR`]): the `late_start` of the request at hand,
+    /// half its window margin.
     pub(crate) fn allow_late(&mut self, late: Duration) {
-        self.late = late;
+        self.late = late.max(LATE_FLOOR);
     }
 
     /// The earliest slot not stale at `now` whose call would start in
@@ -320,10 +328,12 @@ mod tests {
         let window = (t0, t0 + 100 * ms);
         let mut pool = pool();
         // A caller that waited for the lease wakes 9 ms after its slot: it
-        // still takes it under a 100 ms margin (50 ms late), not under none.
+        // still takes it under a 100 ms margin (50 ms late), not under none
+        // (the floor's 3 ms, which serves one a moment late).
         pool.fill([slot(t0, 1)]);
         pool.allow_late(Duration::ZERO);
         assert!(pool.take(window, t0 + 9 * ms).is_none());
+        assert!(pool.sweep(t0 + 2 * ms).is_empty());
         pool.allow_late(50 * ms);
         assert!(pool.sweep(t0 + 9 * ms).is_empty());
         assert_eq!(pool.take(window, t0 + 9 * ms).unwrap().at, t0);
