@@ -488,8 +488,10 @@ if "sluice" in shared_key:
     goals.append(goal(shared_key["sluice"]["victim_failures"] == 0,
                       f"shared-key: zero victim failures: {shared_key['sluice']['victim_failures']}"))
 if "sluice-auto" in unknown:
-    goals.append(goal(unknown["sluice-auto"]["goodput_ratio"] >= 0.9,
-                      f"unknown-limit: sluice-auto goodput ≥ 0.9: {unknown['sluice-auto']['goodput_ratio']:.2f}"))
+    auto = unknown["sluice-auto"]
+    goals.append(goal(auto["goodput_ratio"] >= 0.9 and auto["throttled_ratio"] <= 0.01,
+                      f"unknown-limit (issue 18's adaptive goal): sluice-auto goodput ≥ 0.9 with ≤ 1% "
+                      f"throttled: {auto['goodput_ratio']:.2f}, {auto['throttled_ratio'] * 100:.1f}%"))
 sidecar = next((o for o in overhead if o["target"] == "sluice serve proxy"), None)
 if sidecar and direct:
     added = (sidecar["p99_us"] - direct["p99_us"]) / 1000
@@ -513,6 +515,18 @@ goals.append(goal(shared["decisions_per_second_with_leases"] >= 20000,
 goals.append(goal(shared["three_processes_round_trips_per_admitted_call"] <= 0.2,
                   f"shared limiter: ≤ 0.2 Redis commands per admitted call under load: "
                   f"{shared['three_processes_round_trips_per_admitted_call']:.3f}"))
+# Issue 18's own figures: the three sidecars at three times the key's
+# limit are the product's path, so they judge; the one-process figure at 3x
+# (the peers table) is given beside it.
+own = next((p for p in shared.get("peers", []) if p["limiter"].startswith("sluice")), None)
+beside = f"; one process at 3x, the peers table: {own['round_trips_per_admitted']:.3f}" if own else ""
+goals.append(goal(shared["three_processes_round_trips_per_admitted_call"] <= 0.15,
+                  f"shared limiter (issue 18): ≤ 0.15 Redis round trips per admitted call at 3x the limit, "
+                  f"three sidecars on one key: {shared['three_processes_round_trips_per_admitted_call']:.3f}"
+                  f"{beside}"))
+goals.append(goal(shared["decisions_per_second_with_leases"] >= 50000,
+                  f"shared limiter (issue 18): ≥ 50,000 decisions per second per process with leases: "
+                  f"{shared['decisions_per_second_with_leases']:.0f}"))
 goals.append(goal(shared["three_processes_ratio"] <= 1.02,
                   f"shared limiter: aggregate ≤ 1.02 x allowed: {shared['three_processes_ratio']:.2f}"))
 goals.extend(budget_goals(scenarios))
