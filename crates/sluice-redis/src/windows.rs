@@ -164,12 +164,9 @@ impl Spends {
             pools.retain(|k, pool| {
                 if k == key {
                     pool.allow_late(late);
-                }
-                let stale = pool.sweep(now);
-                if k == key {
-                    own = stale;
+                    own = pool.sweep(now);
                 } else {
-                    others.extend(stale);
+                    others.extend(pool.sweep(now));
                 }
                 !pool.idle(now, POOL_IDLE)
             });
