@@ -2,8 +2,10 @@
 //!
 //! Every slot carries the start time the shared log charged it at, and a
 //! caller gets a slot only if that time lies in its own window
-//! `[not_before, max_wait]`: it then starts exactly there, so a lease adds
-//! no overshoot to the shared promise. A slot whose time passes unused is
+//! `[not_before, max_wait]`: it then starts exactly there (or, taken
+//! after its time, as late as the request's `late_start`, which the
+//! engine's widened window absorbs), so a lease adds no overshoot to the
+//! shared promise. A slot whose time passes unused by more than that is
 //! stale and goes back. The lease size adapts to demand: it doubles when
 //! callers queue behind a reservation and halves when slots go stale, and a
 //! fair-share cap (`N / (2 · processes)`) keeps one process from booking the
