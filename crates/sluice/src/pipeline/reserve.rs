@@ -743,7 +743,7 @@ async fn ask_shared<'a, E, P>(
 ) -> Result<(Micros, SharedGrant<'a>), Denial> {
     let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
     let limits = &job.credential.limits;
-    let enforced = scopes.first().and_then(|primary| primary.enforced());
+    let enforced = scopes.first().and_then(|primary| primary.enforced_late());
     // A credential with several windows, groups, units or a low share:
     // the backend charges every window of every call at once, in one set
     // of logs. Only a credential with one request window and nothing else
@@ -766,16 +766,14 @@ async fn ask_shared<'a, E, P>(
     let request = ReserveRequest {
         credential: &job.credential.name,
         scopes: &names,
-        limit: enforced.map(|rate| SharedLimit {
+        limit: enforced.map(|(rate, _)| SharedLimit {
             rate,
             burst: limits.burst,
         }),
         windows: &windows,
         not_before: Duration::from_micros(start.saturating_sub(now)),
         max_wait: Duration::from_micros(latest.saturating_sub(now)),
-        late_start: scopes
-            .first()
-            .map_or(Duration::ZERO, |primary| primary.late_start()),
+        late_start: enforced.map_or(Duration::ZERO, |(_, late)| late),
         priority: job.ask.priority,
     };
     let decision = budget.reserve(request).await;

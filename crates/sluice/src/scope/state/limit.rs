@@ -95,14 +95,14 @@ impl Limit {
         self.effective().map(|rate| rate.widened(self.margin()))
     }
 
-    /// How late a start may come after its slot and still fall inside the
-    /// window the server counts: half of what the margin widened the
-    /// window by, the other half being left for transit.
-    pub(super) fn late_start(&self) -> Duration {
-        match (self.effective(), self.enforced()) {
-            (Some(exact), Some(widened)) => widened.window().saturating_sub(exact.window()) / 2,
-            _ => Duration::ZERO,
-        }
+    /// The enforced rate, and how late a start may come after its slot and
+    /// still fall inside the window the server counts: half of what the
+    /// margin widened the window by, the other half being left for transit.
+    /// One reading of the effective rate for both.
+    pub(super) fn enforced_late(&self) -> Option<(Rate, Duration)> {
+        let exact = self.effective()?;
+        let widened = exact.widened(self.margin());
+        Some((widened, widened.window().saturating_sub(exact.window()) / 2))
     }
 
     /// Burst applies to the configured rate only; learned and auto rates
@@ -143,13 +143,20 @@ mod tests {
     #[test]
     fn a_start_may_come_half_the_margin_late() {
         let ms = Duration::from_millis;
-        let limit =
-            |rate: &str, margin| Limit::new(Some(rate.parse().unwrap()), None, None, margin, true);
-        assert_eq!(limit("40/1s", ms(20)).late_start(), ms(10));
+        let late = |rate: &str, margin| {
+            let limit = Limit::new(Some(rate.parse().unwrap()), None, None, margin, true);
+            // The rate it goes with is the enforced one.
+            assert_eq!(
+                limit.enforced_late().map(|(rate, _)| rate),
+                limit.enforced()
+            );
+            limit.enforced_late().map(|(_, late)| late)
+        };
+        assert_eq!(late("40/1s", ms(20)), Some(ms(10)));
         // The margin is at most a tenth of the window.
-        assert_eq!(limit("1/100ms", ms(100)).late_start(), ms(5));
-        assert_eq!(limit("40/1s", Duration::ZERO).late_start(), Duration::ZERO);
+        assert_eq!(late("1/100ms", ms(100)), Some(ms(5)));
+        assert_eq!(late("40/1s", Duration::ZERO), Some(Duration::ZERO));
         let unlimited = Limit::new(None, None, None, ms(20), true);
-        assert_eq!(unlimited.late_start(), Duration::ZERO);
+        assert_eq!(unlimited.enforced_late(), None);
     }
 }

@@ -629,15 +629,11 @@ impl Scope {
         windows
     }
 
-    /// The rate the cells enforce now (for the shared budget's requests).
-    pub(crate) fn enforced(&self) -> Option<Rate> {
-        self.state().limit.enforced()
-    }
-
-    /// How late after its granted slot a start may still come (half the
-    /// window margin).
-    pub(crate) fn late_start(&self) -> Duration {
-        self.state().limit.late_start()
+    /// The rate the cells enforce now (for the shared budget's requests),
+    /// and how late after its granted slot a start may still come (half
+    /// the window margin), read together.
+    pub(crate) fn enforced_late(&self) -> Option<(Rate, Duration)> {
+        self.state().limit.enforced_late()
     }
 
     /// True when forgetting the scope changes nothing: nobody is using it,
