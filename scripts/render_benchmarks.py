@@ -393,6 +393,11 @@ w(f"| three processes on one key at {shared['three_processes_allowed']}/s: busie
   f"{shared['three_processes_busiest_second']} ({shared['three_processes_ratio']:.2f} x allowed) |")
 w(f"| Redis round trips per admitted call, three processes | "
   f"{shared['three_processes_round_trips_per_admitted_call']:.3f} |")
+if shared.get("three_processes_decisions"):
+    d = shared["three_processes_decisions"]
+    w(f"| three processes' script calls: grants from Redis, leased slots taken, denials (by Redis "
+      f"or by what it said), leased slots returned | {d['commands']}: {d['shared']}, {d['leased']}, "
+      f"{d['denied']}, {d['returned']} |")
 w("")
 if shared.get("peers"):
     w("Side by side in the same run: sluice's limiter, a fixed window (`INCR` + `EXPIRE` in one "

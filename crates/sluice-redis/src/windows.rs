@@ -10,8 +10,8 @@
 //! as a call would be, and this process's next callers with the same
 //! budgets and costs start at them without a round trip. A pool per
 //! spend (credential, budgets and costs) holds them; its size adapts as a
-//! request window's lease does, at most half this process's fair share of
-//! the tightest budget. A start whose time passes unused goes back. The
+//! request window's lease does, at most this process's fair share of the
+//! tightest budget. A start whose time passes unused goes back. The
 //! grant token is `w|{member}`; what each member charged is kept here, so
 //! that a refund or settle rewrites exactly that.
 
@@ -198,7 +198,7 @@ impl Spends {
 
     /// How many starts to ask for (the call's own among them), and how far
     /// ahead the others may lie: grown and shrunk with demand as a request
-    /// window's lease is, capped at half this process's fair share of the
+    /// window's lease is, capped at this process's fair share of the
     /// tightest budget, reaching twice the time the slowest budget takes to
     /// admit them and at most its shortest window.
     fn lease<'a>(

@@ -64,14 +64,11 @@ async fn three_processes_spend_one_rate_with_few_round_trips() {
     let trips = redis.round_trips();
     let per_call = trips as f64 / ok as f64;
     let status: Vec<_> = budgets.iter().map(|b| b.status()).collect();
+    let sizes: Vec<u32> = status.iter().map(|s| s.credentials[0].lease_size).collect();
     eprintln!(
         "shared: {} starts in 4 s, busiest 1 s window {busiest} (R = {R}), {ok} ok calls, \
-         {trips} round trips = {per_call:.3} per admitted call; lease sizes {:?}; seen {:?}",
+         {trips} round trips = {per_call:.3} per admitted call; lease sizes {sizes:?}; seen {:?}",
         starts.len(),
-        status
-            .iter()
-            .map(|s| s.credentials[0].lease_size)
-            .collect::<Vec<_>>(),
         status
             .iter()
             .map(|s| s.credentials[0].decisions)
@@ -85,6 +82,14 @@ async fn three_processes_spend_one_rate_with_few_round_trips() {
     assert!(server.api().stats().throttled == 0);
     // Leases cut traffic well below one round trip per call.
     assert!(per_call < 0.75, "{per_call} round trips per admitted call");
+    // A lease grows with the demand up to this process's fair share of
+    // the window, and never past it.
+    let share = (R / PROCESSES) as u32;
+    assert!(sizes.iter().all(|&k| k <= share), "lease sizes {sizes:?}");
+    assert!(
+        sizes.iter().any(|&k| k > share / 2),
+        "lease sizes {sizes:?}"
+    );
     for s in &status {
         assert_eq!(s.credentials[0].mode, Mode::Shared, "{s:?}");
         assert_eq!(s.errors.total(), 0, "{s:?}");

@@ -56,6 +56,9 @@ struct Figures {
     three_processes_allowed: u32,
     three_processes_ratio: f64,
     three_processes_round_trips_per_admitted_call: f64,
+    /// Where the three processes' calls were decided, from their
+    /// `/v1/status` at the end: what the round trips were spent on.
+    three_processes_decisions: Tally,
     peers: Vec<super::peers::Peer>,
 }
 
@@ -92,7 +95,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let (with_rate, with_trips) = decisions(&url, &redis, None, &args).await?;
     let (without_rate, without_trips) = decisions(&url, &redis, Some(1), &args).await?;
-    let (busiest, trips) = three_processes(&url, &redis, &dir, &args).await?;
+    let (busiest, trips, tally) = three_processes(&url, &redis, &dir, &args).await?;
     let mut peers = Vec::new();
     for kind in [Kind::Sluice, Kind::FixedWindow, Kind::SlidingLog] {
         reset_stats(&redis).await?;
@@ -112,6 +115,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         three_processes_allowed: args.limit,
         three_processes_ratio: busiest as f64 / f64::from(args.limit),
         three_processes_round_trips_per_admitted_call: trips,
+        three_processes_decisions: tally,
         peers,
     };
     if args.json {
@@ -212,6 +216,33 @@ async fn decisions(
     ))
 }
 
+/// The three processes' decision counters, summed (`/v1/status`'s
+/// `shared_backend`): `commands` is every script call they sent, grants
+/// (`shared`), denials Redis gave and refunds included.
+#[derive(Debug, Default, Serialize)]
+struct Tally {
+    commands: u64,
+    shared: u64,
+    leased: u64,
+    denied: u64,
+    returned: u64,
+}
+
+impl Tally {
+    fn add(&mut self, status: &serde_json::Value) {
+        let backend = &status["shared_backend"];
+        let count = |value: &serde_json::Value| value.as_u64().unwrap_or(0);
+        self.commands += count(&backend["commands"]);
+        for credential in backend["credentials"].as_array().into_iter().flatten() {
+            let decisions = &credential["decisions"];
+            self.shared += count(&decisions["shared"]);
+            self.leased += count(&decisions["leased"]);
+            self.denied += count(&decisions["denied"]);
+            self.returned += count(&decisions["returned"]);
+        }
+    }
+}
+
 /// Three `sluice serve` processes with `shared = true` on one key, driven
 /// hard; returns the busiest second at the fake and round trips per call.
 async fn three_processes(
@@ -219,7 +250,7 @@ async fn three_processes(
     redis: &redis::Client,
     dir: &std::path::Path,
     args: &Args,
-) -> anyhow::Result<(usize, f64)> {
+) -> anyhow::Result<(usize, f64, Tally)> {
     reset_stats(redis).await?;
     let fake = Server::unlimited_fake()?;
     let config = dir.join("shared.toml");
@@ -286,10 +317,21 @@ async fn three_processes(
         busiest = busiest.max(hi - lo + 1);
     }
     let trips = round_trips(redis).await?;
+    let mut tally = Tally::default();
+    for sidecar in &sidecars {
+        let status = client
+            .get(format!("{}/v1/status", sidecar.url))
+            .send()
+            .await?
+            .bytes()
+            .await?;
+        tally.add(&serde_json::from_slice(&status)?);
+    }
     drop(sidecars);
     Ok((
         busiest,
         trips as f64 / admitted.load(Ordering::Relaxed).max(1) as f64,
+        tally,
     ))
 }
 
@@ -326,6 +368,12 @@ fn table(f: &Figures, args: &Args) -> String {
         out,
         "| Redis round trips per admitted call, three processes | {:.3} |",
         f.three_processes_round_trips_per_admitted_call
+    );
+    let d = &f.three_processes_decisions;
+    let _ = writeln!(
+        out,
+        "| three processes' decisions: script calls, grants from Redis, leased slots taken, denied (by Redis or by what it said), leased slots returned | {}, {}, {}, {}, {} |",
+        d.commands, d.shared, d.leased, d.denied, d.returned
     );
     let _ = writeln!(
         out,
