@@ -88,11 +88,12 @@ impl<T> Default for Pool<T> {
 /// The most slots one lease may take: this process's fair share of one
 /// window (`N / processes`), at least 1 and at most `max_lease`. The pools
 /// of every process together then never hold more than one window ahead
-/// of their callers. (A process whose callers wait books as far ahead as
-/// their waits reach, whatever the cap, one lease after another: the cap
-/// sets only how many slots one round trip brings. Half a share cost a
-/// saturated key twice the round trips, 8 slots a grant at 50/s among
-/// three processes, and kept no caller of another process from waiting.)
+/// of their callers. The cap does not bound how far ahead a process with
+/// waiting callers books: each caller takes any pooled slot inside its
+/// own wait, and the next finds the pool empty and leases again. It sets
+/// how many slots one round trip brings: half a share, as it was, cost a
+/// saturated key twice the round trips (8 slots a grant at 50/s among
+/// three processes).
 pub(crate) fn fair_cap(limit: Option<SharedLimit>, processes: u32, max_lease: u32) -> u32 {
     match limit {
         None => 1,
