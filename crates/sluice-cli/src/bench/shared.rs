@@ -296,13 +296,7 @@ async fn three_processes(
         }
     }
     while workers.join_next().await.is_some() {}
-    let stats = client
-        .get(format!("{}/_fake/stats", fake.url))
-        .send()
-        .await?
-        .bytes()
-        .await?;
-    let stats: serde_json::Value = serde_json::from_slice(&stats)?;
+    let stats = get_json(&client, &format!("{}/_fake/stats", fake.url)).await?;
     let mut starts: Vec<f64> = stats["requests"]
         .as_array()
         .map(|requests| requests.iter().filter_map(|r| r["t_ms"].as_f64()).collect())
@@ -319,13 +313,7 @@ async fn three_processes(
     let trips = round_trips(redis).await?;
     let mut tally = Tally::default();
     for sidecar in &sidecars {
-        let status = client
-            .get(format!("{}/v1/status", sidecar.url))
-            .send()
-            .await?
-            .bytes()
-            .await?;
-        tally.add(&serde_json::from_slice(&status)?);
+        tally.add(&get_json(&client, &format!("{}/v1/status", sidecar.url)).await?);
     }
     drop(sidecars);
     Ok((
@@ -333,6 +321,11 @@ async fn three_processes(
         trips as f64 / admitted.load(Ordering::Relaxed).max(1) as f64,
         tally,
     ))
+}
+
+async fn get_json(client: &reqwest::Client, url: &str) -> anyhow::Result<serde_json::Value> {
+    let body = client.get(url).send().await?.bytes().await?;
+    Ok(serde_json::from_slice(&body)?)
 }
 
 fn table(f: &Figures, args: &Args) -> String {
