@@ -8,8 +8,8 @@
 //! shared promise. A slot whose time passes unused by more than that is
 //! stale and goes back. The lease size adapts to demand: it doubles when
 //! callers queue behind a reservation and halves when slots go stale, and a
-//! fair-share cap (`N / (2 · processes)`) keeps one process from booking the
-//! window ahead of the others.
+//! fair-share cap (`N / processes`) keeps the pools of all processes
+//! together from holding more than one window ahead of their callers.
 //!
 //! `pool` holds the slots (pure state); `slot` gets a call its slot,
 //! from the pool or a reservation in Redis, and holds it until its time;
