@@ -34,9 +34,14 @@ pub(crate) fn decide(
         state.fallback.spends.take_over(share);
     }
     state.mode = (Mode::Fallback, Some(reason));
+    // Redis said moments ago that no start is free before `busy_until` (a
+    // grant's next start, a denial's wait): the shared log already holds
+    // the limit up to then, so a local start before it would be one too
+    // many whatever this process's share has room for.
+    let floor = state.busy_until.map_or(now, |busy| busy.max(now));
     match state
         .fallback
-        .reserve(&parts[0], limit, now, not_before.max(now), latest)
+        .reserve(&parts[0], limit, now, not_before.max(floor), latest)
     {
         Ok((start, id)) => {
             state.fallback.spent_at(share);
@@ -106,4 +111,74 @@ pub(crate) fn scope_index(request: &ReserveRequest<'_>, window: usize) -> usize 
         .get(window)
         .and_then(|w| request.scopes.iter().position(|s| *s == w.scope))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sluice::Priority;
+    use sluice::shared::SharedLimit;
+
+    use super::*;
+    use crate::credential::Credentials;
+
+    fn request(max_wait: Duration) -> ReserveRequest<'static> {
+        ReserveRequest {
+            credential: "key",
+            scopes: &["api_key"],
+            limit: Some(SharedLimit {
+                rate: "60/1s".parse().unwrap(),
+                burst: None,
+            }),
+            windows: &[],
+            not_before: Duration::ZERO,
+            max_wait,
+            late_start: Duration::ZERO,
+            priority: Priority::Normal,
+        }
+    }
+
+    fn wait(decision: &Decision) -> (bool, Duration) {
+        match decision {
+            Decision::Granted { wait, .. } => (true, *wait),
+            Decision::Denied { wait, .. } => (false, *wait),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_local_start_waits_for_the_next_start_redis_said_is_free() {
+        let now = Instant::now();
+        let credentials = Credentials::new(now);
+        let cred = credentials.get("key");
+        let parts = ["api_key".to_owned()];
+        let decide_now = |max_wait: Duration| {
+            let request = request(max_wait);
+            let latest = Instant::now() + max_wait;
+            decide(
+                &cred,
+                None,
+                &request,
+                &parts,
+                Instant::now(),
+                latest,
+                "timeout".into(),
+            )
+        };
+        // Three processes: this one's share (20 a second) has room, yet
+        // the last grant said the key is full for 400 ms more.
+        cred.state.lock().processes = 3;
+        cred.state.lock().busy_until = Some(now + Duration::from_millis(400));
+        let (granted, after) = wait(&decide_now(Duration::from_millis(100)));
+        assert!(!granted);
+        assert_eq!(after, Duration::from_millis(400));
+        let (granted, after) = wait(&decide_now(Duration::from_secs(1)));
+        assert!(granted);
+        assert_eq!(after, Duration::from_millis(400));
+        // Once that moment has passed, the share alone decides.
+        cred.state.lock().busy_until = Some(now);
+        let (granted, after) = wait(&decide_now(Duration::from_millis(100)));
+        assert!(granted);
+        assert_eq!(after, Duration::ZERO);
+    }
 }
