@@ -233,7 +233,7 @@ impl RedisBudget {
                 Obtained::Slot(at, token, obtained) => (at, token, obtained),
                 Obtained::Denied(decision) => return decision,
                 Obtained::Fallback(reason) => {
-                    return fallback::decide(
+                    let decision = fallback::decide(
                         &cred,
                         self.inner.config.fallback_share,
                         &request,
@@ -242,6 +242,15 @@ impl RedisBudget {
                         latest,
                         reason,
                     );
+                    // Redis's log does not hold a local start: the worker
+                    // adds it, so that the other processes count it too.
+                    let unsent = cred.state.lock().fallback.take_unsent();
+                    if let Some(limit) = request.limit {
+                        self.inner
+                            .jobs
+                            .record(request.credential, first, limit, unsent);
+                    }
+                    return decision;
                 }
             };
             // Counted from now on: the fallback must know of it if Redis

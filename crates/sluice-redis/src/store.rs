@@ -78,6 +78,21 @@ pub struct ReserveArgs<'a> {
     pub member_prefix: &'a str,
 }
 
+/// Starts one process made on its own, as the record script takes them.
+#[derive(Debug, Clone)]
+pub struct RecordArgs<'a> {
+    /// The credential.
+    pub credential: &'a str,
+    /// The scope whose limit the starts were decided on.
+    pub scope: &'a str,
+    /// That scope's (whole, shared) limit.
+    pub limit: SharedLimit,
+    /// The starts, earliest first: each in signed µs from the script's
+    /// now, and a name unique to it (its window entry's member, so that a
+    /// start sent again after a timeout is logged once).
+    pub starts: &'a [(i64, String)],
+}
+
 /// What a script saw of the credential: processes present, active holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct View {
@@ -204,6 +219,7 @@ pub struct Store {
     reserve: Script,
     block: Script,
     refund: Script,
+    record: Script,
     secrets: Vec<String>,
     timeout: std::time::Duration,
 }
@@ -220,6 +236,7 @@ impl Store {
             reserve: Script::new(include_str!("lua/reserve.lua")),
             block: Script::new(include_str!("lua/block.lua")),
             refund: Script::new(include_str!("lua/refund.lua")),
+            record: Script::new(include_str!("lua/record.lua")),
             secrets: Vec::new(),
             timeout: std::time::Duration::ZERO,
         }
@@ -392,6 +409,41 @@ impl Store {
             given += micros_of(&value)?;
         }
         Ok(given)
+    }
+    /// Adds starts a process made without Redis (its fallback's) to one
+    /// scope's shared state (see [`RecordArgs`]). Nothing is refused: the
+    /// starts happened. Returns how many were recorded (those a window old
+    /// are not).
+    pub async fn record<C>(
+        &self,
+        conn: &mut C,
+        args: &RecordArgs<'_>,
+        clock: Clock,
+    ) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let keys = self.keys(args.credential);
+        let scope = part(args.scope);
+        let (algorithm, a, b) = limit_args(Some(args.limit));
+        let mut invocation = self.record.prepare_invoke();
+        invocation
+            .key(keys.meta())
+            .key(keys.window(&scope))
+            .key(keys.gcra(&scope))
+            .arg(clock.arg())
+            .arg(algorithm)
+            .arg(a)
+            .arg(b)
+            .arg(TTL_SLACK);
+        for (start, member) in args.starts {
+            invocation.arg(*start).arg(member);
+        }
+        let value: Value = invocation
+            .invoke_async(conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        micros_of(&value)
     }
 }
 

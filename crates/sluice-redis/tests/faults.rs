@@ -238,7 +238,7 @@ async fn a_paused_redis_times_out_into_fallback_without_stalling_calls() {
     let samples = watcher.await.unwrap();
     let status = budget.status();
     let starts = starts(&server);
-    let paused = in_span(&starts, paused_at + 100.0, paused_at + 1_000.0);
+    let paused = in_span(&starts, paused_at, paused_at + 1_000.0);
     let fallback = samples
         .iter()
         .filter(|(t, m)| *t > paused_at && *t < paused_at + 1_000.0 && m[0] == Mode::Fallback)
@@ -253,7 +253,16 @@ async fn a_paused_redis_times_out_into_fallback_without_stalling_calls() {
     assert!(status.errors.timeout > 0, "{status:?}");
     assert!(fallback > 0, "{samples:?}");
     // Calls kept flowing (as far as the window, already full of this
-    // process's shared starts, allows) and none stalled.
+    // process's shared starts, allows) and none stalled. The process
+    // spends each window in a burst as it opens, so whether a slot frees
+    // in the pause's first 100 ms or after depends on where the pause
+    // falls: calls granted by the fallback are what show they flowed.
+    let key = status
+        .credentials
+        .iter()
+        .find(|c| c.credential == "key")
+        .unwrap();
+    assert!(key.decisions.fallback > 0, "{status:?}");
     assert!(!paused.is_empty(), "no start while paused");
     assert!(
         driven.slowest < Duration::from_millis(2_500),
@@ -261,15 +270,7 @@ async fn a_paused_redis_times_out_into_fallback_without_stalling_calls() {
         driven.slowest
     );
     assert!(longest_probe <= TIMEOUT + SLACK, "{longest_probe:?}");
-    assert_eq!(
-        status
-            .credentials
-            .iter()
-            .find(|c| c.credential == "key")
-            .unwrap()
-            .mode,
-        Mode::Shared
-    );
+    assert_eq!(key.mode, Mode::Shared);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,240 @@
+//! Starts a process decided on its own (its fallback, while a command
+//! failed or Redis was away) reach Redis's log, so that the other
+//! processes count them: the record script on its own, then whole budgets
+//! across a slow command and across a kill and an empty restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
+use sluice_redis::keys::{CredentialKeys, part};
+use sluice_redis::store::{Clock, RecordArgs, ReserveArgs, Reserved};
+use sluice_redis::{RedisBudget, Store};
+use support::{RedisServer, budget, redis_config};
+use tokio::time::Instant;
+
+const NOW: u64 = 1_000_000_000;
+
+fn window(text: &str) -> SharedLimit {
+    SharedLimit {
+        rate: text.parse().unwrap(),
+        burst: None,
+    }
+}
+
+fn reserve_args<'a>(
+    credential: &'a str,
+    scopes: &'a [&'a str],
+    limit: SharedLimit,
+) -> ReserveArgs<'a> {
+    ReserveArgs {
+        credential,
+        scopes,
+        limit: Some(limit),
+        not_before: 0,
+        max_wait: 0,
+        slots: 1,
+        horizon: 0,
+        immediate: 1,
+        lead: 0,
+        pace: 0,
+        tick: 0,
+        process: None,
+        heartbeat: 5_000_000,
+        member_prefix: "call",
+    }
+}
+
+fn entries(starts: &[(i64, &str)]) -> Vec<(i64, String)> {
+    starts
+        .iter()
+        .map(|(at, m)| (*at, (*m).to_owned()))
+        .collect()
+}
+
+/// The wait Redis would tell a call that cannot wait at `now`; `None` when it starts at once.
+async fn wait_at(
+    store: &Store,
+    conn: &mut redis::aio::MultiplexedConnection,
+    credential: &str,
+    limit: SharedLimit,
+    now: u64,
+) -> Option<u64> {
+    let scopes = ["api_key"];
+    let mut args = reserve_args(credential, &scopes, limit);
+    let member = format!("call{now}");
+    args.member_prefix = &member;
+    match store.reserve(conn, &args, Clock::At(now)).await.unwrap() {
+        Reserved::Granted { .. } => None,
+        Reserved::Denied { wait, .. } => Some(wait),
+    }
+}
+
+#[tokio::test]
+async fn recorded_starts_fill_an_exact_window_once_each() {
+    let redis = RedisServer::start();
+    let mut conn = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let store = Store::new("sluice");
+    let limit = window("3/1s");
+    assert_eq!(wait_at(&store, &mut conn, "key", limit, NOW).await, None);
+    // Two local starts, 100 ms ago and now, and one a window old.
+    let starts = entries(&[(-1_000_000, "old"), (-100_000, "a"), (0, "b")]);
+    let args = RecordArgs {
+        credential: "key",
+        scope: "api_key",
+        limit,
+        starts: &starts,
+    };
+    let recorded = store
+        .record(&mut conn, &args, Clock::At(NOW))
+        .await
+        .unwrap();
+    assert_eq!(recorded, 2);
+    // The window holds three: the next start is when the earliest leaves it.
+    assert_eq!(
+        wait_at(&store, &mut conn, "key", limit, NOW).await,
+        Some(900_000)
+    );
+    // Sent again (its first sending timed out): each start is logged once.
+    store
+        .record(&mut conn, &args, Clock::At(NOW))
+        .await
+        .unwrap();
+    let key = CredentialKeys::new("sluice", "key").window(&part("api_key"));
+    assert_eq!(redis.command::<u64>(&["ZCARD", &key]), 3);
+    assert_eq!(
+        wait_at(&store, &mut conn, "key", limit, NOW + 900_000).await,
+        None
+    );
+}
+
+#[tokio::test]
+async fn recorded_starts_move_a_bucket_on_in_order() {
+    let redis = RedisServer::start();
+    let mut conn = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let store = Store::new("sluice");
+    // 10 a second, two at once: one start every 100 ms, 100 ms of tolerance.
+    let limit = SharedLimit {
+        rate: "10/1s".parse().unwrap(),
+        burst: NonZeroU32::new(2),
+    };
+    let starts = entries(&[(-50_000, "a"), (0, "b")]);
+    let args = RecordArgs {
+        credential: "bucket",
+        scope: "api_key",
+        limit,
+        starts: &starts,
+    };
+    assert_eq!(
+        store
+            .record(&mut conn, &args, Clock::At(NOW))
+            .await
+            .unwrap(),
+        2
+    );
+    // The arrival time is now + 150 ms: free again 50 ms from now.
+    assert_eq!(
+        wait_at(&store, &mut conn, "bucket", limit, NOW).await,
+        Some(50_000)
+    );
+}
+
+fn request(credential: &str, limit: SharedLimit) -> ReserveRequest<'_> {
+    ReserveRequest {
+        credential,
+        scopes: &["api_key"],
+        limit: Some(limit),
+        windows: &[],
+        not_before: Duration::ZERO,
+        // A moment for the round trip: not long enough for a slot to free.
+        max_wait: Duration::from_millis(50),
+        late_start: Duration::from_millis(50),
+        priority: sluice::Priority::Normal,
+    }
+}
+
+fn granted(decision: &Decision) -> bool {
+    matches!(decision, Decision::Granted { .. })
+}
+
+/// Calls on another credential (to let the breaker probe Redis again)
+/// until `key`'s log holds `count` entries, at most 10 s.
+async fn until_logged(redis: &RedisServer, budget: &Arc<RedisBudget>, key: &str, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logged = redis.try_command::<u64>(&["ZCARD", key]).unwrap_or(0);
+        if logged >= count {
+            assert_eq!(logged, count, "{:?}", budget.status());
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{logged} of {count} starts logged: {:?}",
+            budget.status()
+        );
+        let _ = budget.reserve(request("probe", window("1000/1s"))).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_made_while_redis_was_down_count_for_every_process_once_it_is_back() {
+    let mut redis = RedisServer::start();
+    let limit = window("3/10s");
+    let a = budget(redis_config(&redis.url()).max_lease(1)).await;
+    assert!(granted(&a.reserve(request("down", limit)).await));
+    redis.kill();
+    // Alone, this process's share is the whole key: two more starts.
+    let local: Vec<bool> = vec![
+        granted(&a.reserve(request("down", limit)).await),
+        granted(&a.reserve(request("down", limit)).await),
+        granted(&a.reserve(request("down", limit)).await),
+    ];
+    assert_eq!(local, [true, true, false], "{:?}", a.status());
+    // Back, and empty: it forgot the shared start, not the local ones.
+    redis.restart();
+    let key = CredentialKeys::new("sluice", "down").window(&part("api_key"));
+    until_logged(&redis, &a, &key, 2).await;
+    // Another process may start one more in this window, not three.
+    let b = budget(redis_config(&redis.url()).max_lease(1)).await;
+    let mut started = 0;
+    for _ in 0..3 {
+        started += usize::from(granted(&b.reserve(request("down", limit)).await));
+    }
+    assert_eq!(started, 1, "{:?}", b.status());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_made_while_a_command_was_slow_reaches_the_shared_log() {
+    let redis = RedisServer::start();
+    let limit = window("5/10s");
+    let a = budget(redis_config(&redis.url()).max_lease(1)).await;
+    assert!(granted(&a.reserve(request("slow", limit)).await));
+    let paused = redis.pause(0.3);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The command times out; the call is decided locally and starts.
+    assert!(granted(&a.reserve(request("slow", limit)).await));
+    let status = a.status();
+    assert_eq!(status.errors.timeout, 1, "{status:?}");
+    assert_eq!(status.credentials[0].decisions.fallback, 1, "{status:?}");
+    paused.join().unwrap();
+    // The log holds the shared start, the local one, and the slot the
+    // timed-out command charged when Redis woke (nobody uses it).
+    let key = CredentialKeys::new("sluice", "slow").window(&part("api_key"));
+    until_logged(&redis, &a, &key, 3).await;
+    let members: Vec<String> = redis.command(&["ZRANGE", &key, "0", "-1"]);
+    let local: Vec<_> = members.iter().filter(|m| m.contains(":l")).collect();
+    assert_eq!(local.len(), 1, "{members:?}");
+}
