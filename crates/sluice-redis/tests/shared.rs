@@ -29,7 +29,11 @@ async fn three_processes_spend_one_rate_with_few_round_trips() {
     let server = fake(10_000).await;
     let mut budgets = Vec::new();
     for _ in 0..PROCESSES {
-        budgets.push(budget(redis_config(&redis.url())).await);
+        // A test of Redis answering: a second for a reply, so that a
+        // loaded machine's stall is not a failed command (the fallback
+        // has tests of its own, in faults.rs and local_starts.rs).
+        let config = redis_config(&redis.url()).timeout(Duration::from_secs(1));
+        budgets.push(budget(config).await);
     }
     let gates: Vec<_> = budgets
         .iter()
