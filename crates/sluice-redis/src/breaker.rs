@@ -2,9 +2,10 @@
 //!
 //! Pure state with `now` passed in. Closed, every call asks Redis; after
 //! `failures` failures in a row it opens for `open_for`; then one call
-//! probes (half-open) while the others keep deciding locally. A probe that
-//! succeeds closes it; one that fails reopens it for twice as long, up to
-//! `max_open_for`.
+//! probes (half-open) while the others wait for its answer (at most until
+//! it would be replaced) or, if they cannot wait that long, decide
+//! locally. A probe that succeeds closes it; one that fails reopens it for
+//! twice as long, up to `max_open_for`.
 
 use std::time::Duration;
 
@@ -30,6 +31,9 @@ pub(crate) enum Permit {
     Ask,
     /// Ask, as the probe: report the result.
     Probe,
+    /// A probe is out: wait for its answer, at most until this instant
+    /// (when it is replaced), then ask again.
+    AwaitProbe(Instant),
     /// Decide locally.
     Refuse,
 }
@@ -78,7 +82,7 @@ impl Breaker {
                 self.state = State::HalfOpen { probe_since: now };
                 Permit::Probe
             }
-            State::HalfOpen { .. } => Permit::Refuse,
+            State::HalfOpen { probe_since } => Permit::AwaitProbe(probe_since + stale_probe),
         }
     }
 
@@ -147,8 +151,11 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Open);
         assert_eq!(b.permit(t0 + 99 * MS, stale), Permit::Refuse);
         assert_eq!(b.permit(t0 + 100 * MS, stale), Permit::Probe);
-        // Only one probe at a time.
-        assert_eq!(b.permit(t0 + 101 * MS, stale), Permit::Refuse);
+        // Only one probe at a time: the others wait for it.
+        assert_eq!(
+            b.permit(t0 + 101 * MS, stale),
+            Permit::AwaitProbe(t0 + 150 * MS)
+        );
         b.failure(t0 + 110 * MS);
         assert_eq!(b.retry_in(t0 + 110 * MS), 200 * MS);
         assert_eq!(b.permit(t0 + 310 * MS, stale), Permit::Probe);
@@ -172,7 +179,10 @@ mod tests {
         let mut b = Breaker::new(1, 10 * MS, 10 * MS);
         b.failure(t0);
         assert_eq!(b.permit(t0 + 10 * MS, 50 * MS), Permit::Probe);
-        assert_eq!(b.permit(t0 + 59 * MS, 50 * MS), Permit::Refuse);
+        assert_eq!(
+            b.permit(t0 + 59 * MS, 50 * MS),
+            Permit::AwaitProbe(t0 + 60 * MS)
+        );
         assert_eq!(b.permit(t0 + 60 * MS, 50 * MS), Permit::Probe);
     }
 

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use sluice::limiter::Reservation;
 use sluice::shared::{BoxFuture, Decision, Grant, Hold, ReserveRequest, SharedBudget};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::credential::{Cred, Credentials, Mode};
+use crate::credential::{Cred, CredState, Credentials, Mode};
 use crate::decision::{self, Refund, denied};
 use crate::events;
 use crate::fallback;
@@ -192,26 +193,36 @@ impl RedisBudget {
                     .decide_windows(&cred, &request, &parts, not_before, latest)
                     .await;
             }
-            // Back from a fallback spell: its local starts are not in
-            // Redis's log, so for a window a shared start must also fit
-            // this process's share (docs/shared-limiter.md, "Failure modes").
-            let recovering = {
+            // Back from a fallback spell: Redis may not hold its local
+            // starts yet, nor those of processes still away, so while the
+            // spell binds a shared start must also fit this process's share,
+            // held in its cell while Redis is asked (docs/shared-limiter.md,
+            // "Failure modes").
+            let (recovering, held) = {
                 let mut state = cred.state.lock();
                 let current = fallback::share(self.inner.config.fallback_share, state.processes);
-                let share = state.fallback.share_in_force(current);
+                let share = state.fallback.spell.share_in_force(current);
                 let limit = request.limit.map(|limit| fallback::share_of(limit, share));
-                state
-                    .fallback
-                    .recovering(&parts[0], limit, now)
-                    .map(|earliest| (earliest, limit))
+                let counted = counted(&state, self.inner.config.heartbeat);
+                let held = state.fallback.hold_recovering(
+                    &parts[0],
+                    limit,
+                    (now, not_before, latest),
+                    counted,
+                );
+                (held.as_ref().map(|_| limit), held)
             };
-            if let Some((earliest, _)) = recovering {
-                if earliest > latest {
+            let hold = match held {
+                None => RecoveryHold::none(&cred, &parts[0]),
+                Some(Err(earliest)) => {
                     cred.state.lock().decisions.denied += 1;
                     return denied(&request, 0, since(earliest, now), Hold::Rate);
                 }
-                not_before = not_before.max(earliest);
-            }
+                Some(Ok((start, held))) => {
+                    not_before = not_before.max(start);
+                    RecoveryHold::new(&cred, &parts[0], held)
+                }
+            };
             // Callers of lower priority hold slots within this call's wait:
             // a swap can give it the earliest of them, so it asks for a slot
             // up to one wait further, for the caller the swap moves last
@@ -224,12 +235,15 @@ impl RedisBudget {
             } else {
                 latest
             };
-            let (at, token, obtained) = match self
+            let obtained = self
                 .inner
                 .leases
                 .obtain(&cred, &request, &key, not_before, reach)
-                .await
-            {
+                .await;
+            // Redis answered: the start it gave (if any) is counted below
+            // in place of the one held.
+            drop(hold);
+            let (at, token, obtained) = match obtained {
                 Obtained::Slot(at, token, obtained) => (at, token, obtained),
                 Obtained::Denied(decision) => return decision,
                 Obtained::Fallback(reason) => {
@@ -256,10 +270,11 @@ impl RedisBudget {
             // Counted from now on: the fallback must know of it if Redis
             // goes away while this call waits for its slot.
             {
+                let now = Instant::now();
                 let mut state = cred.state.lock();
-                state.fallback.remember(at, request.limit, Instant::now());
-                if let Some((_, limit)) = recovering {
-                    state.fallback.count_shared(&parts[0], limit, at);
+                state.fallback.remember(at, request.limit, now);
+                if let Some(limit) = recovering {
+                    state.fallback.count_shared(&parts[0], limit, at, now);
                 }
             }
             let slot = Slot::new(token, obtained, &key, &self.inner.jobs, &cred);
@@ -313,11 +328,12 @@ impl RedisBudget {
         let recovering = {
             let mut state = cred.state.lock();
             let current = fallback::share(configured, state.processes);
-            let share = state.fallback.spends.share_in_force(current);
+            let share = state.fallback.spends.spell.share_in_force(current);
+            let counted = counted(&state, self.inner.config.heartbeat);
             state
                 .fallback
                 .spends
-                .recovering(request.windows, share, now, not_before)
+                .recovering(request.windows, share, (now, not_before), counted)
                 .map(|late| (late, share))
         };
         if let Some((late, _)) = recovering {
@@ -351,9 +367,7 @@ impl RedisBudget {
             .await;
         let (decision, leased) = match asked {
             Asked::Decided(decision, processes) => {
-                if processes > 0 {
-                    cred.state.lock().processes = processes;
-                }
+                cred.state.lock().counted(processes, Instant::now());
                 (decision, false)
             }
             Asked::Leased(decision) => (decision, true),
@@ -378,7 +392,7 @@ impl RedisBudget {
                     let spends = &mut state.fallback.spends;
                     spends.remember(request.windows, at, now);
                     if let Some((_, share)) = recovering {
-                        spends.count_shared(request.windows, share, at);
+                        spends.count_shared(request.windows, share, (at, now));
                     }
                 }
                 Decision::Denied { .. } => state.decisions.denied += 1,
@@ -459,6 +473,53 @@ impl SharedBudget for RedisBudget {
             let cred = self.inner.credentials.get(credential);
             let mut state = cred.state.lock();
             state.fallback.spends.settle(id, unit, estimate, actual);
+        }
+    }
+}
+
+/// The processes Redis counts now, for [`fallback::Fallback::hold_recovering`],
+/// and how long a missing one is waited for: none known while the
+/// credential is still in fallback (the count is from before the outage;
+/// the call about to ask Redis brings the new one).
+fn counted(state: &CredState, heartbeat: Duration) -> (u32, Duration) {
+    let processes = match state.mode.0 {
+        Mode::Fallback => 0,
+        Mode::Shared => state.processes,
+    };
+    (processes, heartbeat)
+}
+
+/// A start held in the fallback's cell while a recovering call asks Redis
+/// ([`fallback::Fallback::hold_recovering`]): given back once the answer
+/// came, or when the call is dropped before it.
+struct RecoveryHold<'a> {
+    cred: &'a Cred,
+    scope: &'a str,
+    held: Option<Reservation>,
+}
+
+impl<'a> RecoveryHold<'a> {
+    fn new(cred: &'a Cred, scope: &'a str, held: Reservation) -> Self {
+        RecoveryHold {
+            cred,
+            scope,
+            held: Some(held),
+        }
+    }
+
+    fn none(cred: &'a Cred, scope: &'a str) -> Self {
+        RecoveryHold {
+            cred,
+            scope,
+            held: None,
+        }
+    }
+}
+
+impl Drop for RecoveryHold<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.cred.state.lock().fallback.release(self.scope, &held);
         }
     }
 }

@@ -70,6 +70,17 @@ pub(crate) struct CredState {
     pub(crate) busy_until: Option<Instant>,
 }
 
+impl CredState {
+    /// Redis counted `processes` at `now` (0: it did not say).
+    pub(crate) fn counted(&mut self, processes: u32, now: Instant) {
+        if processes > 0 {
+            self.processes = processes;
+            self.fallback.spell.counted(processes, now);
+            self.fallback.spends.spell.counted(processes, now);
+        }
+    }
+}
+
 impl Cred {
     fn new(name: &str, origin: Instant) -> Self {
         Cred {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::Serialize;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::breaker::{Breaker, BreakerState, Permit};
@@ -49,6 +50,11 @@ pub(crate) struct Runner {
     breaker: Mutex<Breaker>,
     commands: AtomicU64,
     errors: Mutex<(ErrorCounts, Option<String>)>,
+    /// Told when the breaker closes again after failures (work kept for
+    /// Redis goes out then, not at its next turn).
+    back: Notify,
+    /// Tells the calls waiting for a probe that its answer came.
+    probed: Notify,
 }
 
 impl Runner {
@@ -68,6 +74,8 @@ impl Runner {
             breaker: Mutex::new(breaker),
             commands: AtomicU64::new(0),
             errors: Mutex::new((ErrorCounts::default(), None)),
+            back: Notify::new(),
+            probed: Notify::new(),
         })
     }
 
@@ -99,10 +107,20 @@ impl Runner {
                 }
             }
         };
+        // The breaker's state before this answer, and the answer told to it.
+        let was = {
+            let mut breaker = self.breaker.lock();
+            let was = breaker.state();
+            match &result {
+                Ok(_) => breaker.success(),
+                Err(_) => breaker.failure(Instant::now()),
+            }
+            was
+        };
         match &result {
-            Ok(_) => self.breaker.lock().success(),
+            Ok(_) if was != BreakerState::Closed => self.back.notify_one(),
+            Ok(_) => {}
             Err(error) => {
-                self.breaker.lock().failure(Instant::now());
                 let mut errors = self.errors.lock();
                 match error {
                     Error::Timeout(_) => errors.0.timeout += 1,
@@ -114,12 +132,28 @@ impl Runner {
                 tracing::debug!(%error, "a Redis command failed");
             }
         }
+        if was == BreakerState::HalfOpen {
+            self.probed.notify_waiters();
+        }
         result
+    }
+
+    /// Resolves when the next command's answer (or failure) came while a
+    /// probe was out: create it, and enable it, before asking for a
+    /// permit, so that an answer in between is not missed.
+    pub(crate) fn probed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.probed.notified()
     }
 
     /// May a call ask Redis at `now`? (See `Breaker::permit`.)
     pub(crate) fn permit(&self, now: Instant, stale_probe: Duration) -> Permit {
         self.breaker.lock().permit(now, stale_probe)
+    }
+
+    /// Resolves once the breaker has closed again after failures (at
+    /// once if it did since the last call).
+    pub(crate) async fn back(&self) {
+        self.back.notified().await;
     }
 
     /// Whether the breaker is closed (Redis answers).

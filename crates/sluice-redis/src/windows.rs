@@ -328,7 +328,7 @@ impl Spends {
             let wait = until.saturating_duration_since(now);
             return Asked::Decided(denied(request, index, wait, Hold::Rate), 0);
         }
-        if let Permit::Refuse = runner.permit(now, Duration::from_secs(1)) {
+        if let Permit::Refuse | Permit::AwaitProbe(_) = runner.permit(now, Duration::from_secs(1)) {
             self.refund_all(runner, stale);
             return Asked::Fallback("circuit breaker open".into());
         }

@@ -133,9 +133,15 @@ async fn work(runner: Arc<Runner>, mut queue: mpsc::Receiver<Job>) {
     let mut numbered: u64 = 0;
     loop {
         let mut jobs = Vec::new();
-        match tokio::time::timeout(REPLAY_EVERY, queue.recv()).await {
-            Ok(None) => return,
-            Ok(Some(job)) => {
+        // Kept work goes out as soon as Redis answers again.
+        let kept = !pending.is_empty() || !starts.is_empty();
+        let next = tokio::select! {
+            job = tokio::time::timeout(REPLAY_EVERY, queue.recv()) => job.ok(),
+            () = runner.back(), if kept => None,
+        };
+        match next {
+            Some(None) => return,
+            Some(Some(job)) => {
                 // Refunds are not urgent: gather them for a moment into one
                 // round trip per credential. A block or a local start goes
                 // out at once.
@@ -160,7 +166,7 @@ async fn work(runner: Arc<Runner>, mut queue: mpsc::Receiver<Job>) {
                     }
                 }
             }
-            Err(_) => {}
+            None => {}
         }
         let mut refunds: Vec<(String, Vec<SlotToken>)> = Vec::new();
         for job in jobs {

@@ -238,3 +238,122 @@ async fn a_start_made_while_a_command_was_slow_reaches_the_shared_log() {
     let local: Vec<_> = members.iter().filter(|m| m.contains(":l")).collect();
     assert_eq!(local.len(), 1, "{members:?}");
 }
+
+/// Granted calls out of `calls` made back to back on `credential`.
+async fn started(
+    budget: &Arc<RedisBudget>,
+    credential: &str,
+    limit: SharedLimit,
+    calls: usize,
+) -> usize {
+    let mut started = 0;
+    for _ in 0..calls {
+        started += usize::from(granted(&budget.reserve(request(credential, limit)).await));
+    }
+    started
+}
+
+fn shared_decisions(budget: &RedisBudget, credential: &str) -> u64 {
+    budget
+        .status()
+        .credentials
+        .iter()
+        .find(|c| c.credential == credential)
+        .map_or(0, |c| c.decisions.shared)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_back_before_the_others_keeps_its_share_until_redis_counts_them() {
+    let mut redis = RedisServer::start();
+    let limit = window("60/1s");
+    let config = || redis_config(&redis.url()).max_lease(1);
+    let (a, b, c) = (
+        budget(config()).await,
+        budget(config()).await,
+        budget(config()).await,
+    );
+    // Three processes, the last to ask (this one) counting all three.
+    for process in [&b, &c, &a] {
+        assert_eq!(started(process, "back", limit, 1).await, 1);
+    }
+    assert_eq!(a.status().credentials[0].processes_seen, 3);
+    redis.kill();
+    // One local decision starts a spell at a third of the key.
+    let spell = Instant::now();
+    a.reserve(request("back", limit)).await;
+    redis.restart();
+    // A window after the spell's last local start, this process is back
+    // first: Redis, restarted empty, counts only it and knows none of the
+    // others' local starts. It holds to its share (20 of 60), not Redis's
+    // whole window.
+    tokio::time::sleep_until(spell + Duration::from_millis(1_300)).await;
+    assert_eq!(started(&a, "back", limit, 30).await, 20, "{:?}", a.status());
+    assert_eq!(a.status().credentials[0].processes_seen, 1);
+    // The others are back.
+    for process in [&b, &c] {
+        let before = shared_decisions(process, "back");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while shared_decisions(process, "back") == before {
+            assert!(Instant::now() < deadline, "{:?}", process.status());
+            process.reserve(request("back", limit)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // This process hears that Redis counts all three at its next call
+    // (its share has room again a window on); their last local starts
+    // reach Redis as they come back, so a window after that, Redis alone
+    // decides again.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(started(&a, "back", limit, 1).await, 1);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(started(&a, "back", limit, 30).await, 30, "{:?}", a.status());
+    assert_eq!(a.status().credentials[0].processes_seen, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_arriving_while_a_probe_is_out_wait_for_its_answer() {
+    let mut redis = RedisServer::start();
+    let limit = window("100/1s");
+    // Half a second for a reply, so that the probe below outlasts the pause.
+    let a = budget(
+        redis_config(&redis.url())
+            .max_lease(1)
+            .timeout(Duration::from_millis(500)),
+    )
+    .await;
+    assert_eq!(started(&a, "probed", limit, 1).await, 1);
+    redis.kill();
+    // Three failures open the breaker.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.status().breaker == sluice_redis::BreakerState::Closed {
+        assert!(Instant::now() < deadline, "{:?}", a.status());
+        a.reserve(request("probed", limit)).await;
+    }
+    let fallback = |a: &RedisBudget| a.status().credentials[0].decisions.fallback;
+    redis.restart();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Redis answers the next command 200 ms late: the probe is out that long.
+    let paused = redis.pause(0.2);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let before = fallback(&a);
+    let call = |a: &Arc<RedisBudget>| {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let mut call = request("probed", limit);
+            call.max_wait = Duration::from_secs(1);
+            granted(&a.reserve(call).await)
+        })
+    };
+    let probe = call(&a);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(a.status().breaker, sluice_redis::BreakerState::HalfOpen);
+    let waiting: Vec<_> = (0..4).map(|_| call(&a)).collect();
+    assert!(probe.await.unwrap());
+    for call in waiting {
+        assert!(call.await.unwrap());
+    }
+    paused.join().unwrap();
+    // None of them decided locally: they asked Redis once it was back.
+    assert_eq!(fallback(&a), before, "{:?}", a.status());
+    assert_eq!(a.status().credentials[0].mode, sluice_redis::Mode::Shared);
+}

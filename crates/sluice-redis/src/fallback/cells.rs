@@ -11,6 +11,7 @@ use sluice::limiter::{LimiterCell, Micros, NotUntil, Reservation, micros};
 use sluice::shared::SharedLimit;
 use tokio::time::Instant;
 
+use super::spell::Spell;
 use super::spends::SpendCells;
 
 /// The longest window [`Rate`] accepts (a week).
@@ -65,11 +66,8 @@ pub(crate) struct Fallback {
     /// This process's shared starts within the last window, to seed the
     /// cells when Redis goes away.
     recent: VecDeque<Instant>,
-    /// Until when the local starts still count: one window after the last
-    /// one (Redis's log does not hold them).
-    local_until: Option<Instant>,
-    /// The share the last spell spent at (see [`Fallback::share_in_force`]).
-    spell_share: Option<f64>,
+    /// The last spell of local decisions.
+    pub(crate) spell: Spell,
     /// Local starts granted since they were last handed to the worker, to
     /// be added to Redis's log ([`Fallback::take_unsent`]).
     unsent: Vec<Instant>,
@@ -85,8 +83,7 @@ impl Fallback {
             grants: HashMap::new(),
             next: 0,
             recent: VecDeque::new(),
-            local_until: None,
-            spell_share: None,
+            spell: Spell::default(),
             unsent: Vec::new(),
             spends: SpendCells::new(origin),
         }
@@ -136,8 +133,7 @@ impl Fallback {
         let start = result
             .as_ref()
             .map_or(now, |reservation| self.instant(reservation.start()));
-        let until = start + window;
-        self.local_until = Some(self.local_until.map_or(until, |u| u.max(until)));
+        self.spell.hold(start, window);
         match result {
             Ok(reservation) => {
                 self.next += 1;
@@ -169,10 +165,23 @@ impl Fallback {
     /// more. Dropping such starts (as this did before) let the cell grant
     /// them again, a share's worth of extra starts in the windows up to one
     /// window after the last shared start: the settled fallback's overshoot.
-    pub(crate) fn seed(&mut self, scope: &str, limit: Option<SharedLimit>, starts: &[Instant]) {
+    ///
+    /// A start still ahead (a granted slot not yet due) is recorded as seen
+    /// at `now`: seen from its own time, the cell would forget the starts
+    /// a window before it, which still count now.
+    pub(crate) fn seed(
+        &mut self,
+        scope: &str,
+        limit: Option<SharedLimit>,
+        starts: &[Instant],
+        now: Instant,
+    ) {
+        let now = self.at(now);
         for start in starts {
             let at = self.at(*start);
-            let _ = self.cell(scope, limit).reserve(at, at, Micros::MAX);
+            let _ = self
+                .cell(scope, limit)
+                .reserve(at.min(now), at, Micros::MAX);
         }
     }
 
@@ -194,34 +203,45 @@ impl Fallback {
 
     /// Redis went away: `scope`'s cell, at `limit`, takes in the shared
     /// starts remembered (each counted once: they are forgotten here).
-    pub(crate) fn take_over(&mut self, scope: &str, limit: Option<SharedLimit>) {
+    pub(crate) fn take_over(&mut self, scope: &str, limit: Option<SharedLimit>, now: Instant) {
         let mut recent: Vec<Instant> = self.recent.drain(..).collect();
         recent.sort();
-        self.seed(scope, limit, &recent);
+        self.seed(scope, limit, &recent, now);
     }
 
-    /// Back in shared mode, while the local starts of the last fallback
-    /// spell are still within a window (Redis's log does not hold them):
-    /// the earliest start `scope`'s cell allows, which a shared start must
-    /// also respect. `None`: the spell is a window old, Redis alone decides.
-    pub(crate) fn recovering(
+    /// Back in shared mode while the last spell binds ([`Spell::binds`]:
+    /// `counted` is the processes Redis counts now, and how long past the
+    /// spell's window a missing one is waited for), a shared start must
+    /// also fit `scope`'s cell: `Ok` holds the earliest start in
+    /// `[not_before, latest]` the cell allows, charged until
+    /// [`Fallback::release`], so that calls deciding at once each see the
+    /// others' (a look now and a charge once Redis has answered let them
+    /// all through at the same start); `Err`: the earliest start, later
+    /// than `latest`. `None`: the spell is over, Redis alone decides.
+    pub(crate) fn hold_recovering(
         &mut self,
         scope: &str,
         limit: Option<SharedLimit>,
-        now: Instant,
-    ) -> Option<Instant> {
-        match self.local_until {
-            Some(until) if now < until => {
-                let now_us = self.at(now);
-                let earliest = self.cell(scope, limit).earliest(now_us);
-                Some(self.instant(earliest))
-            }
-            Some(_) => {
-                self.local_until = None;
-                self.spell_share = None;
-                None
-            }
-            None => None,
+        (now, not_before, latest): (Instant, Instant, Instant),
+        counted: (u32, Duration),
+    ) -> Option<Result<(Instant, Reservation), Instant>> {
+        if !self.spell.binds(now, counted) {
+            return None;
+        }
+        let (now_us, from, to) = (self.at(now), self.at(not_before), self.at(latest));
+        let held =
+            self.cell(scope, limit)
+                .reserve(now_us, from.max(now_us), to.saturating_sub(now_us));
+        Some(match held {
+            Ok(reservation) => Ok((self.instant(reservation.start()), reservation)),
+            Err(NotUntil(at)) => Err(self.instant(at)),
+        })
+    }
+
+    /// Gives back a start [`Fallback::hold_recovering`] held.
+    pub(crate) fn release(&mut self, scope: &str, held: &Reservation) {
+        if let Some(cell) = self.cells.get_mut(scope) {
+            cell.cell.refund(held);
         }
     }
 
@@ -232,25 +252,16 @@ impl Fallback {
         std::mem::take(&mut self.unsent)
     }
 
-    /// A local start was granted at `share`: it holds while recovering.
-    pub(crate) fn spent_at(&mut self, share: f64) {
-        self.spell_share = Some(share);
-    }
-
-    /// The share to hold while recovering: the last spell's, else
-    /// `current`. Redis restarted empty counts fewer processes in its
-    /// heartbeat for a while (one, for the first to ask); the local starts
-    /// of the spell were made at the spell's share, and a larger share
-    /// would let the process spend its fallback starts and a full shared
-    /// window's in one window.
-    pub(crate) fn share_in_force(&self, current: f64) -> f64 {
-        self.spell_share.map_or(current, |spell| spell.min(current))
-    }
-
     /// Records a shared start made while [`Fallback::recovering`], so
     /// that the process's local and shared starts together keep its share.
-    pub(crate) fn count_shared(&mut self, scope: &str, limit: Option<SharedLimit>, at: Instant) {
-        self.seed(scope, limit, &[at]);
+    pub(crate) fn count_shared(
+        &mut self,
+        scope: &str,
+        limit: Option<SharedLimit>,
+        at: Instant,
+        now: Instant,
+    ) {
+        self.seed(scope, limit, &[at], now);
     }
 
     /// Gives back a grant that was not used.
@@ -327,7 +338,7 @@ mod tests {
         let l = Some(limit("2/1s", None));
         let s = Duration::from_secs(1);
         // The cell knows the shared starts it was seeded with; Redis does too.
-        f.seed("api_key", l, &[t0]);
+        f.seed("api_key", l, &[t0], t0);
         f.reserve("api_key", l, t0, t0, t0 + 5 * s).unwrap();
         f.reserve("api_key", l, t0, t0, t0 + 5 * s).unwrap();
         // Denied: nothing started.
@@ -353,9 +364,23 @@ mod tests {
         f.remember(t0 + 900 * ms, l, t0 + 900 * ms);
         // A window after the first start, only the second still counts.
         f.remember(t0 + 1_000 * ms, l, t0 + 1_000 * ms);
-        f.take_over("api_key", l);
+        f.take_over("api_key", l, t0);
         let now = t0 + 1_000 * ms;
         assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_900 * ms));
+    }
+
+    #[test]
+    fn a_start_still_ahead_does_not_make_the_cell_forget_the_window() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("2/1s", None));
+        // A start a moment ago, and a granted slot 1.5 s ahead: the share
+        // is spent until that slot (seen from the slot's own time, the
+        // first start would be forgotten, and one more would fit now).
+        let now = t0 + 100 * ms;
+        f.seed("api_key", l, &[t0, t0 + 1_500 * ms], now);
+        assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_500 * ms));
     }
 
     #[test]
@@ -364,7 +389,12 @@ mod tests {
         let ms = Duration::from_millis(1);
         let mut f = Fallback::new(t0);
         let l = Some(limit("2/1s", None));
-        f.seed("api_key", l, &[t0, t0 + 100 * ms, t0 + 200 * ms]);
+        f.seed(
+            "api_key",
+            l,
+            &[t0, t0 + 100 * ms, t0 + 200 * ms],
+            t0 + 200 * ms,
+        );
         // Three starts against a share of two: the third, with no room, is
         // recorded at the first time the share has room (t0 + 1 s), so the
         // next local start waits for it to leave the window, and the window
@@ -379,17 +409,95 @@ mod tests {
         let ms = Duration::from_millis(1);
         let mut f = Fallback::new(t0);
         let l = Some(limit("2/1s", None));
-        assert_eq!(f.recovering("api_key", l, t0), None);
-        f.take_over("api_key", l);
+        assert_eq!(earliest(&mut f, l, t0, ALL_BACK), None);
+        f.take_over("api_key", l, t0);
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         // Redis is back 100 ms later: no shared start before the local
         // ones leave the window.
         let back = t0 + 100 * ms;
-        assert_eq!(f.recovering("api_key", l, back), Some(t0 + 1_000 * ms));
-        f.count_shared("api_key", l, t0 + 1_000 * ms);
+        assert_eq!(earliest(&mut f, l, back, ALL_BACK), Some(t0 + 1_000 * ms));
+        f.count_shared("api_key", l, t0 + 1_000 * ms, t0 + 100 * ms);
         // A window after the last local start, Redis alone decides.
-        assert_eq!(f.recovering("api_key", l, t0 + 1_000 * ms), None);
+        assert_eq!(earliest(&mut f, l, t0 + 1_000 * ms, ALL_BACK), None);
+    }
+
+    /// Redis counts as many processes as the spell began with.
+    const ALL_BACK: (u32, Duration) = (0, Duration::from_secs(5));
+
+    /// The earliest start a recovering call may take at `now`, nothing
+    /// held; `None`: Redis alone decides.
+    fn earliest(
+        f: &mut Fallback,
+        l: Option<SharedLimit>,
+        now: Instant,
+        counted: (u32, Duration),
+    ) -> Option<Instant> {
+        let far = now + Duration::from_secs(3_600);
+        match f.hold_recovering("api_key", l, (now, now, far), counted)? {
+            Ok((at, held)) => {
+                f.release("api_key", &held);
+                Some(at)
+            }
+            Err(at) => Some(at),
+        }
+    }
+
+    #[test]
+    fn recovering_calls_hold_their_starts_until_redis_answers() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("2/1s", None));
+        f.reserve("api_key", l, t0, t0, t0).unwrap();
+        // Back a moment later, three calls at once: the share has room for
+        // one more, and the first to look holds it.
+        let back = t0 + Duration::from_millis(100);
+        let hold = |f: &mut Fallback| f.hold_recovering("api_key", l, (back, back, back), ALL_BACK);
+        let Some(Ok((at, held))) = hold(&mut f) else {
+            panic!("the share had room");
+        };
+        assert_eq!(at, back);
+        assert_eq!(hold(&mut f), Some(Err(t0 + s)));
+        // Its answer came (Redis said no): the start is free again.
+        f.release("api_key", &held);
+        assert!(matches!(hold(&mut f), Some(Ok((at, _))) if at == back));
+    }
+
+    #[test]
+    fn back_before_the_others_the_share_holds_until_redis_counts_them() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("2/1s", None));
+        // Three processes when Redis went away.
+        f.spell.begin(3);
+        f.take_over("api_key", l, t0);
+        f.reserve("api_key", l, t0, t0, t0).unwrap();
+        f.reserve("api_key", l, t0, t0, t0).unwrap();
+        let alone = (1, 5 * s);
+        // Back from an empty restart, two windows on, and the first
+        // process Redis has seen: the others may still decide locally, so
+        // the share still binds.
+        let back = t0 + 2 * s;
+        assert_eq!(earliest(&mut f, l, back, alone), Some(back));
+        f.count_shared("api_key", l, back, back);
+        f.count_shared("api_key", l, back, back);
+        assert_eq!(earliest(&mut f, l, back, alone), Some(back + s));
+        // Once Redis counts all three, a window more (their last local
+        // starts reach Redis as they come back), then Redis alone decides.
+        let all = back + s / 2;
+        assert_eq!(earliest(&mut f, l, all, (3, 5 * s)), Some(back + s));
+        assert_eq!(earliest(&mut f, l, all + s, (3, 5 * s)), None);
+        // A process that never comes back holds the share for `missing`
+        // after the window, no longer.
+        let back = all + s;
+        f.spell.begin(3);
+        f.reserve("api_key", l, back + s, back + s, back + s)
+            .unwrap();
+        let gone = back + 2 * s + 5 * s;
+        assert!(earliest(&mut f, l, gone - s, alone).is_some());
+        assert_eq!(earliest(&mut f, l, gone, alone), None);
     }
 
     #[test]
@@ -400,16 +508,16 @@ mod tests {
         let ms = Duration::from_millis(1);
         let mut f = Fallback::new(t0);
         let l = Some(limit("2/1s", None));
-        f.take_over("api_key", l);
+        f.take_over("api_key", l, t0);
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         let late = t0 + 10 * ms;
         f.remember(late, l, late);
-        f.take_over("api_key", l);
+        f.take_over("api_key", l, t0);
         let now = t0 + 20 * ms;
         assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_000 * ms));
         // The shared start was taken in once: a third switch adds nothing.
-        f.take_over("api_key", l);
+        f.take_over("api_key", l, t0);
         let later = t0 + 1_000 * ms;
         assert!(f.reserve("api_key", l, later, later, later).is_ok());
     }
@@ -426,7 +534,7 @@ mod tests {
         let mut f = Fallback::new(t0);
         let l = Some(limit("3/1s", None));
         let shared: Vec<Instant> = (0..6).map(|i| t0 + i * 100 * ms).collect();
-        f.seed("api_key", l, &shared);
+        f.seed("api_key", l, &shared, t0);
         let now = t0 + 50 * ms;
         let far = t0 + Duration::from_secs(10);
         let mut local = Vec::new();

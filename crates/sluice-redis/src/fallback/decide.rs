@@ -30,8 +30,10 @@ pub(crate) fn decide(
         // Leased slots cannot be given back while Redis is away, and the
         // local cell would not count them: drop them (under-spending).
         state.pool.drain_all();
-        state.fallback.take_over(&parts[0], limit);
-        state.fallback.spends.take_over(share);
+        let processes = state.processes;
+        state.fallback.spell.begin(processes);
+        state.fallback.take_over(&parts[0], limit, now);
+        state.fallback.spends.take_over(share, now);
     }
     state.mode = (Mode::Fallback, Some(reason));
     // Redis said moments ago that no start is free before `busy_until` (a
@@ -44,7 +46,7 @@ pub(crate) fn decide(
         .reserve(&parts[0], limit, now, not_before.max(floor), latest)
     {
         Ok((start, id)) => {
-            state.fallback.spent_at(share);
+            state.fallback.spell.spent_at(share);
             state.decisions.fallback += 1;
             Decision::Granted {
                 wait: since(start, now),
@@ -76,8 +78,10 @@ pub(crate) fn decide_windows(
     if state.mode.0 == Mode::Shared {
         state.pool.drain_all();
         let limit = request.limit.map(|limit| share_of(limit, share));
-        state.fallback.take_over(&parts[0], limit);
-        state.fallback.spends.take_over(share);
+        let processes = state.processes;
+        state.fallback.spends.spell.begin(processes);
+        state.fallback.take_over(&parts[0], limit, now);
+        state.fallback.spends.take_over(share, now);
     }
     state.mode = (Mode::Fallback, Some(reason));
     match state

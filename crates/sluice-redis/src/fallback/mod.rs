@@ -11,6 +11,7 @@
 
 mod cells;
 mod decide;
+mod spell;
 mod spends;
 
 pub(crate) use cells::{Fallback, share, share_of};

@@ -16,6 +16,7 @@ use sluice::shared::{SharedLimit, SharedWindow};
 use tokio::time::Instant;
 
 use super::cells::share_of;
+use super::spell::Spell;
 use crate::keys::part;
 
 /// How long a fallback grant can still be refunded or settled.
@@ -77,13 +78,10 @@ pub(crate) struct SpendCells {
     next: u64,
     /// This process's spends granted by Redis within each window, by key.
     recent: HashMap<String, Recent>,
-    /// Until when the local spends still count: one window (the longest
-    /// the call touched) after the last one; Redis's logs do not hold them.
-    local_until: Option<Instant>,
-    /// The share the last fallback spell spent at: it holds until the spell
-    /// is a window old, also when Redis comes back empty and its heartbeat
-    /// counts fewer processes for a while.
-    spell_share: Option<f64>,
+    /// The last spell of local spends: it counts for one window (the
+    /// longest the call touched) after the last one; Redis's logs do not
+    /// hold them.
+    pub(crate) spell: Spell,
 }
 
 /// No start in time: when, and the window (an index into the call's) that set it.
@@ -101,14 +99,8 @@ impl SpendCells {
             grants: HashMap::new(),
             next: 0,
             recent: HashMap::new(),
-            local_until: None,
-            spell_share: None,
+            spell: Spell::default(),
         }
-    }
-
-    /// The share to hold while recovering: the last spell's, else `current`.
-    pub(crate) fn share_in_force(&self, current: f64) -> f64 {
-        self.spell_share.map_or(current, |spell| spell.min(current))
     }
 
     fn at(&self, instant: Instant) -> Micros {
@@ -193,7 +185,7 @@ impl SpendCells {
             .map(|w| w.rate.window())
             .max()
             .unwrap_or(Duration::ZERO);
-        self.hold_until(now + longest, share);
+        self.hold(now, longest, share);
         let start = self
             .common_start(windows, share, now_us, from, to)
             .map_err(|(at, window)| NotBefore {
@@ -210,7 +202,7 @@ impl SpendCells {
             charged.push((key, window.unit.clone(), reservation));
         }
         let begins = self.instant(start);
-        self.hold_until(begins + longest, share);
+        self.hold(begins, longest, share);
         self.next += 1;
         let id = self.next;
         self.grants.retain(|_, held| held.at + GRANT_MEMORY > now);
@@ -218,10 +210,11 @@ impl SpendCells {
         Ok((begins, id))
     }
 
-    /// The local spends count until `until` at least, at `share`.
-    fn hold_until(&mut self, until: Instant, share: f64) {
-        self.local_until = Some(self.local_until.map_or(until, |u| u.max(until)));
-        self.spell_share = Some(share);
+    /// A local spend at `at` counts for `window` (the longest the call
+    /// touched), at `share`.
+    fn hold(&mut self, at: Instant, window: Duration, share: f64) {
+        self.spell.hold(at, window);
+        self.spell.spent_at(share);
     }
 
     /// Remembers a spend Redis granted at `at`, forgetting those a window
@@ -254,67 +247,73 @@ impl SpendCells {
     /// spend with no room at its time is recorded at the earliest time its
     /// cell allows, which only errs on spending less (as the first window's
     /// seeding does, see `cells.rs`).
-    fn seed(&mut self, key: &str, scope: &str, limit: SharedLimit, spends: &[(Instant, u64)]) {
+    fn seed(
+        &mut self,
+        (key, scope): (&str, &str),
+        limit: SharedLimit,
+        spends: &[(Instant, u64)],
+        now: Instant,
+    ) {
+        let now = self.at(now);
         for (start, cost) in spends {
             let at = self.at(*start);
             let cell = self.cell(key, scope, limit);
             let cost = (*cost).min(cell.capacity());
-            let (earliest, _) = cell.earliest_for(at, at, cost);
+            // A spend still ahead is seen from now, as `Fallback::seed` does.
+            let (earliest, _) = cell.earliest_for(at.min(now), at, cost);
             cell.charge_at(earliest, cost);
         }
     }
 
     /// Redis went away: every window's cell, at `share`, takes in the
     /// shared spends remembered (each counted once: they are forgotten).
-    pub(crate) fn take_over(&mut self, share: f64) {
+    pub(crate) fn take_over(&mut self, share: f64, now: Instant) {
         let recent: Vec<(String, Recent)> = self.recent.drain().collect();
         for (key, mut recent) in recent {
             let mut spends: Vec<(Instant, u64)> = recent.spends.drain(..).collect();
             spends.sort();
             let limit = share_of(recent.limit, share);
-            self.seed(&key, &recent.scope, limit, &spends);
+            self.seed((&key, &recent.scope), limit, &spends, now);
         }
     }
 
-    /// Back in shared mode while the local spends of the last fallback
-    /// spell are within a window: the earliest start at or after
+    /// Back in shared mode while the last spell binds ([`Spell::binds`],
+    /// with `counted` as there): the earliest start at or after
     /// `not_before` the call's local cells allow, which a shared start must
-    /// also respect. `None`: the spell is a window old, Redis alone decides.
+    /// also respect. `None`: the spell is over, Redis alone decides.
     pub(crate) fn recovering(
         &mut self,
         windows: &[SharedWindow],
         share: f64,
-        now: Instant,
-        not_before: Instant,
+        (now, not_before): (Instant, Instant),
+        counted: (u32, Duration),
     ) -> Option<NotBefore> {
-        match self.local_until {
-            Some(until) if now < until => {
-                let (now_us, from) = (self.at(now), self.at(not_before));
-                let (at, window) =
-                    match self.common_start(windows, share, now_us, from, Micros::MAX) {
-                        Ok(at) => (at, 0),
-                        Err(late) => late,
-                    };
-                Some(NotBefore {
-                    at: self.instant(at),
-                    window,
-                })
-            }
-            Some(_) => {
-                self.local_until = None;
-                self.spell_share = None;
-                None
-            }
-            None => None,
+        if !self.spell.binds(now, counted) {
+            return None;
         }
+        let (now_us, from) = (self.at(now), self.at(not_before));
+        let (at, window) = match self.common_start(windows, share, now_us, from, Micros::MAX) {
+            Ok(at) => (at, 0),
+            Err(late) => late,
+        };
+        Some(NotBefore {
+            at: self.instant(at),
+            window,
+        })
     }
 
     /// Records a shared spend at `at` made while recovering, so that the
     /// process's local and shared spends together keep its share.
-    pub(crate) fn count_shared(&mut self, windows: &[SharedWindow], share: f64, at: Instant) {
+    pub(crate) fn count_shared(
+        &mut self,
+        windows: &[SharedWindow],
+        share: f64,
+        (at, now): (Instant, Instant),
+    ) {
         for window in windows {
             let limit = scaled(window, share);
-            self.seed(&key(window), &window.scope, limit, &[(at, window.cost)]);
+            let key = key(window);
+            self.seed((&key, &window.scope), limit, &[(at, window.cost)], now);
         }
     }
 
@@ -365,6 +364,9 @@ impl SpendCells {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Redis counts as many processes as the spell began with.
+    const ALL_BACK: (u32, Duration) = (0, Duration::from_secs(5));
 
     fn window(
         scope: &str,
@@ -459,6 +461,23 @@ mod tests {
     }
 
     #[test]
+    fn a_spend_still_ahead_does_not_make_a_cell_forget_the_window() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut f = SpendCells::new(t0);
+        let call = [window("api_key", None, 0, "2/1s", 1)];
+        // A spend a moment ago, and a granted one 1.5 s ahead: the window
+        // is spent until then (seen from that spend's own time, the first
+        // would be forgotten, and one more would fit now).
+        let now = t0 + 100 * ms;
+        f.remember(&call, t0, now);
+        f.remember(&call, t0 + 1_500 * ms, now);
+        f.take_over(1.0, now);
+        let denied = f.reserve(&call, 1.0, now, now, now).unwrap_err();
+        assert_eq!(denied.at, t0 + 1_500 * ms);
+    }
+
+    #[test]
     fn taking_over_counts_the_recent_shared_spends_in_every_window() {
         let t0 = Instant::now();
         let ms = Duration::from_millis(1);
@@ -467,7 +486,7 @@ mod tests {
         // is used up, the second window's share of ten has eight left.
         f.remember(&call(5), t0, t0);
         f.remember(&call(5), t0 + 100 * ms, t0 + 100 * ms);
-        f.take_over(0.5);
+        f.take_over(0.5, t0);
         let now = t0 + 200 * ms;
         let denied = f.reserve(&call(5), 0.5, now, now, now).unwrap_err();
         assert_eq!(denied.window, 0);
@@ -486,22 +505,25 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
         let mut f = SpendCells::new(t0);
-        assert_eq!(f.recovering(&call(5), 0.5, t0, t0), None);
+        assert_eq!(f.recovering(&call(5), 0.5, (t0, t0), ALL_BACK), None);
         f.reserve(&call(5), 0.5, t0, t0, t0).unwrap();
         f.reserve(&call(5), 0.5, t0, t0, t0).unwrap();
         // Redis back empty counts one process for a while: the spell's half holds.
-        assert_eq!(f.share_in_force(1.0), 0.5);
+        assert_eq!(f.spell.share_in_force(1.0), 0.5);
         let back = t0 + s / 10;
-        let late = f.recovering(&call(5), 0.5, back, back).unwrap();
+        let late = f.recovering(&call(5), 0.5, (back, back), ALL_BACK).unwrap();
         assert_eq!(late.at, t0 + s);
-        f.count_shared(&call(5), 0.5, t0 + s);
+        f.count_shared(&call(5), 0.5, (t0 + s, t0 + s));
         // Ten seconds after the last local start (the longest window), Redis alone decides.
         assert!(
-            f.recovering(&call(5), 0.5, t0 + 5 * s, t0 + 5 * s)
+            f.recovering(&call(5), 0.5, (t0 + 5 * s, t0 + 5 * s), ALL_BACK)
                 .is_some()
         );
-        assert_eq!(f.recovering(&call(5), 0.5, t0 + 10 * s, t0 + 10 * s), None);
-        assert_eq!(f.share_in_force(1.0), 1.0);
+        assert_eq!(
+            f.recovering(&call(5), 0.5, (t0 + 10 * s, t0 + 10 * s), ALL_BACK),
+            None
+        );
+        assert_eq!(f.spell.share_in_force(1.0), 1.0);
     }
 
     /// A spell whose every local decision was a denial (the cells full of
@@ -517,11 +539,13 @@ mod tests {
         for i in 0..10 {
             f.remember(&call(1), t0 + i * s / 10, t0);
         }
-        f.take_over(0.5);
+        f.take_over(0.5, t0);
         let denied = f.reserve(&call(1), 0.5, t0 + s, t0 + s, t0 + 2 * s);
         assert!(denied.is_err(), "{denied:?}");
         // Back in shared mode at 3 s: the cells still hold the call back.
-        let late = f.recovering(&call(1), 0.5, t0 + 3 * s, t0 + 3 * s).unwrap();
+        let late = f
+            .recovering(&call(1), 0.5, (t0 + 3 * s, t0 + 3 * s), ALL_BACK)
+            .unwrap();
         assert!(late.at >= t0 + 10 * s, "{late:?}");
     }
 }

@@ -112,6 +112,10 @@ impl Leases {
             let reserved = cred.reserved.notified();
             tokio::pin!(reserved);
             reserved.as_mut().enable();
+            let probed = self.runner.probed();
+            tokio::pin!(probed);
+            probed.as_mut().enable();
+            let mut probe_out = None;
             let (fetch, epoch) = {
                 let now = Instant::now();
                 let mut state = cred.state.lock();
@@ -140,6 +144,16 @@ impl Leases {
                 }
                 match self.runner.permit(now, self.timeout * 2) {
                     Permit::Refuse => return Obtained::Fallback("circuit breaker open".into()),
+                    // Redis may be back: a call deciding locally now, while
+                    // the probe's answer puts the others in shared mode,
+                    // would spend beside them a share Redis cannot see.
+                    Permit::AwaitProbe(until) if until.min(latest) > now => {
+                        probe_out = Some(until.min(latest));
+                        (None, state.pool.epoch)
+                    }
+                    Permit::AwaitProbe(_) => {
+                        return Obtained::Fallback("circuit breaker open".into());
+                    }
                     Permit::Ask if leases && state.pool.fetching > 0 && round + 1 < ROUNDS => {
                         state.pool.waiters += 1;
                         (None, state.pool.epoch)
@@ -160,6 +174,10 @@ impl Leases {
                     }
                 }
             };
+            if let Some(until) = probe_out {
+                let _ = tokio::time::timeout_at(until, probed).await;
+                continue;
+            }
             let Some((want, immediate, spacing)) = fetch else {
                 // Someone else is reserving: wait for it (at most the
                 // command timeout), then look at the pool again.
@@ -292,9 +310,7 @@ impl Leases {
             }
             match result {
                 Ok(Reserved::Granted { view, slots, next }) => {
-                    if view.processes > 0 {
-                        state.processes = view.processes;
-                    }
+                    state.counted(view.processes, received);
                     state.holds.absorb(&view, received);
                     state.mode = (Mode::Shared, None);
                     state.decisions.shared += 1;
@@ -320,9 +336,7 @@ impl Leases {
                     scope,
                     hold,
                 }) => {
-                    if view.processes > 0 {
-                        state.processes = view.processes;
-                    }
+                    state.counted(view.processes, received);
                     state.holds.absorb(&view, received);
                     state.mode = (Mode::Shared, None);
                     state.decisions.denied += 1;
