@@ -139,8 +139,8 @@ impl Runner {
     }
 
     /// Resolves when the next command's answer (or failure) came while a
-    /// probe was out: create it, and enable it, before asking for a
-    /// permit, so that an answer in between is not missed.
+    /// probe was out: create it, and enable it, before looking at
+    /// [`Runner::probing`], so that an answer in between is not missed.
     pub(crate) fn probed(&self) -> tokio::sync::futures::Notified<'_> {
         self.probed.notified()
     }
@@ -154,6 +154,11 @@ impl Runner {
     /// once if it did since the last call).
     pub(crate) async fn back(&self) {
         self.back.notified().await;
+    }
+
+    /// Whether a probe is out (the breaker is half-open).
+    pub(crate) fn probing(&self) -> bool {
+        self.breaker.lock().state() == BreakerState::HalfOpen
     }
 
     /// Whether the breaker is closed (Redis answers).

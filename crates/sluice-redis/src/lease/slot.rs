@@ -112,9 +112,6 @@ impl Leases {
             let reserved = cred.reserved.notified();
             tokio::pin!(reserved);
             reserved.as_mut().enable();
-            let probed = self.runner.probed();
-            tokio::pin!(probed);
-            probed.as_mut().enable();
             let mut probe_out = None;
             let (fetch, epoch) = {
                 let now = Instant::now();
@@ -175,7 +172,13 @@ impl Leases {
                 }
             };
             if let Some(until) = probe_out {
-                let _ = tokio::time::timeout_at(until, probed).await;
+                // Registered before looking: an answer after the look wakes us.
+                let probed = self.runner.probed();
+                tokio::pin!(probed);
+                probed.as_mut().enable();
+                if self.runner.probing() {
+                    let _ = tokio::time::timeout_at(until, probed).await;
+                }
                 continue;
             }
             let Some((want, immediate, spacing)) = fetch else {
