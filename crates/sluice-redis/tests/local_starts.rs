@@ -74,15 +74,20 @@ async fn wait_at(
     }
 }
 
-#[tokio::test]
-async fn recorded_starts_fill_an_exact_window_once_each() {
-    let redis = RedisServer::start();
-    let mut conn = redis
+/// The scripts under the default prefix, and a connection to `redis`.
+async fn scripts(redis: &RedisServer) -> (Store, redis::aio::MultiplexedConnection) {
+    let conn = redis
         .client()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let store = Store::new("sluice");
+    (Store::new("sluice"), conn)
+}
+
+#[tokio::test]
+async fn recorded_starts_fill_an_exact_window_once_each() {
+    let redis = RedisServer::start();
+    let (store, mut conn) = scripts(&redis).await;
     let limit = window("3/1s");
     assert_eq!(wait_at(&store, &mut conn, "key", limit, NOW).await, None);
     // Two local starts, 100 ms ago and now, and one a window old.
@@ -119,12 +124,7 @@ async fn recorded_starts_fill_an_exact_window_once_each() {
 #[tokio::test]
 async fn recorded_starts_move_a_bucket_on_in_order() {
     let redis = RedisServer::start();
-    let mut conn = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let store = Store::new("sluice");
+    let (store, mut conn) = scripts(&redis).await;
     // 10 a second, two at once: one start every 100 ms, 100 ms of tolerance.
     let limit = SharedLimit {
         rate: "10/1s".parse().unwrap(),
