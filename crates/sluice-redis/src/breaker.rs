@@ -86,6 +86,14 @@ impl Breaker {
         }
     }
 
+    /// While a probe is out, when it would be replaced (see `permit`).
+    pub(crate) fn probe_out(&self, stale_probe: Duration) -> Option<Instant> {
+        match self.state {
+            State::HalfOpen { probe_since } => Some(probe_since + stale_probe),
+            _ => None,
+        }
+    }
+
     /// Redis answered.
     pub(crate) fn success(&mut self) {
         self.consecutive = 0;

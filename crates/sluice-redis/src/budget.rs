@@ -213,14 +213,14 @@ impl RedisBudget {
                 (held.as_ref().map(|_| limit), held)
             };
             let hold = match held {
-                None => RecoveryHold::none(&cred, &parts[0]),
+                None => RecoveryHold::none(&cred),
                 Some(Err(earliest)) => {
                     cred.state.lock().decisions.denied += 1;
                     return denied(&request, 0, since(earliest, now), Hold::Rate);
                 }
                 Some(Ok((start, held))) => {
                     not_before = not_before.max(start);
-                    RecoveryHold::new(&cred, &parts[0], held)
+                    RecoveryHold::new(&cred, Holding::Cell(parts[0].clone(), held))
                 }
             };
             // Callers of lower priority hold slots within this call's wait:
@@ -325,25 +325,31 @@ impl RedisBudget {
         // Back from a fallback spell: Redis's logs do not hold the local
         // spends, so for the longest window a shared start must also fit
         // this process's share of every window (as for one window).
-        let recovering = {
+        let (recovering, held) = {
             let mut state = cred.state.lock();
             let current = fallback::share(configured, state.processes);
             let share = state.fallback.spends.spell.share_in_force(current);
             let counted = counted(&state, self.inner.config.heartbeat);
-            state
-                .fallback
-                .spends
-                .recovering(request.windows, share, (now, not_before), counted)
-                .map(|late| (late, share))
+            let held = state.fallback.spends.hold_recovering(
+                request.windows,
+                share,
+                (now, not_before, latest),
+                counted,
+            );
+            (held.as_ref().map(|_| share), held)
         };
-        if let Some((late, _)) = recovering {
-            if late.at > latest {
+        let hold = match held {
+            None => RecoveryHold::none(cred),
+            Some(Err(late)) => {
                 cred.state.lock().decisions.denied += 1;
                 let index = fallback::scope_index(request, late.window);
                 return denied(request, index, since(late.at, now), Hold::Rate);
             }
-            not_before = not_before.max(late.at);
-        }
+            Some(Ok((start, held))) => {
+                not_before = not_before.max(start);
+                RecoveryHold::new(cred, Holding::Windows(held))
+            }
+        };
         // Neither in fallback (a leased start handed out then would be one
         // the local cells, which took in the shared starts at the switch,
         // do not count) nor while recovering from it (the local cells
@@ -355,6 +361,11 @@ impl RedisBudget {
                 processes: state.processes,
             })
         };
+        // As for one window: a probe's answer is waited for, not decided
+        // beside.
+        let stale_probe = self.inner.config.timeout * 2;
+        self.inner.runner.await_probe(latest, stale_probe).await;
+        let now = Instant::now();
         let asked = self
             .inner
             .spends
@@ -365,6 +376,9 @@ impl RedisBudget {
                 leasing,
             )
             .await;
+        // Redis answered: the start it gave (if any) is counted below in
+        // place of the one held.
+        drop(hold);
         let (decision, leased) = match asked {
             Asked::Decided(decision, processes) => {
                 cred.state.lock().counted(processes, Instant::now());
@@ -391,7 +405,7 @@ impl RedisBudget {
                     let at = after(now, *wait);
                     let spends = &mut state.fallback.spends;
                     spends.remember(request.windows, at, now);
-                    if let Some((_, share)) = recovering {
+                    if let Some(share) = recovering {
                         spends.count_shared(request.windows, share, (at, now));
                     }
                 }
@@ -489,37 +503,42 @@ fn counted(state: &CredState, heartbeat: Duration) -> (u32, Duration) {
     (processes, heartbeat)
 }
 
-/// A start held in the fallback's cell while a recovering call asks Redis
-/// ([`fallback::Fallback::hold_recovering`]): given back once the answer
-/// came, or when the call is dropped before it.
+/// A start held in the fallback's cells while a recovering call asks Redis
+/// ([`fallback::Fallback::hold_recovering`], or its windows'): given back
+/// once the answer came, or when the call is dropped before it.
 struct RecoveryHold<'a> {
     cred: &'a Cred,
-    scope: &'a str,
-    held: Option<Reservation>,
+    held: Option<Holding>,
+}
+
+/// What a [`RecoveryHold`] holds.
+enum Holding {
+    /// A start in one scope's cell (by key part).
+    Cell(String, Reservation),
+    /// A start in each window of a call on several.
+    Windows(fallback::HeldSpend),
 }
 
 impl<'a> RecoveryHold<'a> {
-    fn new(cred: &'a Cred, scope: &'a str, held: Reservation) -> Self {
+    fn new(cred: &'a Cred, held: Holding) -> Self {
         RecoveryHold {
             cred,
-            scope,
             held: Some(held),
         }
     }
 
-    fn none(cred: &'a Cred, scope: &'a str) -> Self {
-        RecoveryHold {
-            cred,
-            scope,
-            held: None,
-        }
+    fn none(cred: &'a Cred) -> Self {
+        RecoveryHold { cred, held: None }
     }
 }
 
 impl Drop for RecoveryHold<'_> {
     fn drop(&mut self) {
-        if let Some(held) = self.held.take() {
-            self.cred.state.lock().fallback.release(self.scope, &held);
+        let mut state = self.cred.state.lock();
+        match self.held.take() {
+            Some(Holding::Cell(scope, held)) => state.fallback.release(&scope, &held),
+            Some(Holding::Windows(held)) => state.fallback.spends.release(&held),
+            None => {}
         }
     }
 }

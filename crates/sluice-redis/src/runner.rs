@@ -138,11 +138,17 @@ impl Runner {
         result
     }
 
-    /// Resolves when the next command's answer (or failure) came while a
-    /// probe was out: create it, and enable it, before looking at
-    /// [`Runner::probing`], so that an answer in between is not missed.
-    pub(crate) fn probed(&self) -> tokio::sync::futures::Notified<'_> {
-        self.probed.notified()
+    /// While a probe is out, waits for its answer: at most until `latest`,
+    /// or until the probe would be replaced (`stale_probe` after it went).
+    pub(crate) async fn await_probe(&self, latest: Instant, stale_probe: Duration) {
+        // Registered before looking: an answer after the look wakes us.
+        let probed = self.probed.notified();
+        tokio::pin!(probed);
+        probed.as_mut().enable();
+        let out = self.breaker.lock().probe_out(stale_probe);
+        if let Some(until) = out {
+            let _ = tokio::time::timeout_at(until.min(latest), probed).await;
+        }
     }
 
     /// May a call ask Redis at `now`? (See `Breaker::permit`.)
@@ -154,11 +160,6 @@ impl Runner {
     /// once if it did since the last call).
     pub(crate) async fn back(&self) {
         self.back.notified().await;
-    }
-
-    /// Whether a probe is out (the breaker is half-open).
-    pub(crate) fn probing(&self) -> bool {
-        self.breaker.lock().state() == BreakerState::HalfOpen
     }
 
     /// Whether the breaker is closed (Redis answers).

@@ -10,7 +10,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
+use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit, SharedWindow};
 use sluice_redis::keys::{CredentialKeys, part};
 use sluice_redis::store::{Clock, RecordArgs, ReserveArgs, Reserved};
 use sluice_redis::{RedisBudget, Store};
@@ -310,8 +310,23 @@ async fn a_process_back_before_the_others_keeps_its_share_until_redis_counts_the
     assert_eq!(a.status().credentials[0].processes_seen, 3);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_arriving_while_a_probe_is_out_wait_for_its_answer() {
+/// A call on `credential` willing to wait a second: on one limit, or on
+/// two windows of it (the several-window path) when `windows` is given.
+fn patient<'a>(
+    credential: &'a str,
+    limit: SharedLimit,
+    windows: &'a [SharedWindow],
+) -> ReserveRequest<'a> {
+    let mut call = request(credential, limit);
+    call.max_wait = Duration::from_secs(1);
+    call.windows = windows;
+    call
+}
+
+/// Opens `a`'s breaker with Redis down, restarts Redis, and checks that
+/// calls arriving while the next probe is out wait for its answer and ask
+/// Redis, rather than deciding locally.
+async fn calls_wait_for_the_probe(windows: &'static [SharedWindow]) {
     let mut redis = RedisServer::start();
     let limit = window("100/1s");
     // Half a second for a reply, so that the probe below outlasts the pause.
@@ -321,7 +336,7 @@ async fn calls_arriving_while_a_probe_is_out_wait_for_its_answer() {
             .timeout(Duration::from_millis(500)),
     )
     .await;
-    assert_eq!(started(&a, "probed", limit, 1).await, 1);
+    assert!(granted(&a.reserve(patient("probed", limit, windows)).await));
     redis.kill();
     // Three failures open the breaker.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -338,11 +353,7 @@ async fn calls_arriving_while_a_probe_is_out_wait_for_its_answer() {
     let before = fallback(&a);
     let call = |a: &Arc<RedisBudget>| {
         let a = a.clone();
-        tokio::spawn(async move {
-            let mut call = request("probed", limit);
-            call.max_wait = Duration::from_secs(1);
-            granted(&a.reserve(call).await)
-        })
+        tokio::spawn(async move { granted(&a.reserve(patient("probed", limit, windows)).await) })
     };
     let probe = call(&a);
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -356,4 +367,26 @@ async fn calls_arriving_while_a_probe_is_out_wait_for_its_answer() {
     // None of them decided locally: they asked Redis once it was back.
     assert_eq!(fallback(&a), before, "{:?}", a.status());
     assert_eq!(a.status().credentials[0].mode, sluice_redis::Mode::Shared);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_arriving_while_a_probe_is_out_wait_for_its_answer() {
+    calls_wait_for_the_probe(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_several_windows_wait_for_a_probe_too() {
+    static WINDOWS: std::sync::LazyLock<[SharedWindow; 2]> = std::sync::LazyLock::new(|| {
+        let window = |index: usize, rate: &str| SharedWindow {
+            scope: "api_key".into(),
+            unit: None,
+            index,
+            rate: rate.parse().unwrap(),
+            cost: 1,
+            low: false,
+            burst: None,
+        };
+        [window(0, "100/1s"), window(1, "1000/10s")]
+    });
+    calls_wait_for_the_probe(&*WINDOWS).await;
 }

@@ -16,3 +16,4 @@ mod spends;
 
 pub(crate) use cells::{Fallback, share, share_of};
 pub(crate) use decide::{decide, decide_windows, scope_index};
+pub(crate) use spends::HeldSpend;

@@ -70,6 +70,10 @@ struct Held {
     at: Instant,
 }
 
+/// What a recovering call holds in its windows' cells: each cell's key and
+/// the start charged there.
+pub(crate) type HeldSpend = Vec<(String, Reservation)>;
+
 /// One credential's window cells (calls on several windows or units).
 pub(crate) struct SpendCells {
     origin: Instant,
@@ -278,28 +282,57 @@ impl SpendCells {
     }
 
     /// Back in shared mode while the last spell binds ([`Spell::binds`],
-    /// with `counted` as there): the earliest start at or after
-    /// `not_before` the call's local cells allow, which a shared start must
-    /// also respect. `None`: the spell is over, Redis alone decides.
-    pub(crate) fn recovering(
+    /// with `counted` as there), a shared start must also fit the call's
+    /// local cells: `Ok` holds the earliest start in `[not_before, latest]`
+    /// they allow, charged in every window until [`SpendCells::release`]
+    /// (as `Fallback::hold_recovering` does for one window); `Err`: the
+    /// earliest start, later than `latest`, and the window that set it.
+    /// `None`: the spell is over, Redis alone decides.
+    pub(crate) fn hold_recovering(
         &mut self,
         windows: &[SharedWindow],
         share: f64,
-        (now, not_before): (Instant, Instant),
+        (now, not_before, latest): (Instant, Instant, Instant),
         counted: (u32, Duration),
-    ) -> Option<NotBefore> {
+    ) -> Option<Result<(Instant, HeldSpend), NotBefore>> {
         if !self.spell.binds(now, counted) {
             return None;
         }
-        let (now_us, from) = (self.at(now), self.at(not_before));
-        let (at, window) = match self.common_start(windows, share, now_us, from, Micros::MAX) {
-            Ok(at) => (at, 0),
-            Err(late) => late,
+        let (now_us, from, to) = (self.at(now), self.at(not_before), self.at(latest));
+        let start = match self.common_start(windows, share, now_us, from, to) {
+            Ok(start) => start,
+            Err((at, window)) => {
+                return Some(Err(NotBefore {
+                    at: self.instant(at),
+                    window,
+                }));
+            }
         };
-        Some(NotBefore {
-            at: self.instant(at),
-            window,
-        })
+        let held = windows
+            .iter()
+            .map(|window| {
+                let key = key(window);
+                let limit = scaled(window, share);
+                let reservation = self
+                    .cell(&key, &window.scope, limit)
+                    .charge_at(start, window.cost);
+                (key, reservation)
+            })
+            .collect();
+        Some(Ok((self.instant(start), held)))
+    }
+
+    /// Gives back what [`SpendCells::hold_recovering`] held.
+    pub(crate) fn release(&mut self, held: &HeldSpend) {
+        for (key, reservation) in held {
+            self.refund_in(key, reservation);
+        }
+    }
+
+    fn refund_in(&mut self, key: &str, reservation: &Reservation) {
+        if let Some(cell) = self.cells.get_mut(key) {
+            cell.cell.refund(reservation);
+        }
     }
 
     /// Records a shared spend at `at` made while recovering, so that the
@@ -323,9 +356,7 @@ impl SpendCells {
             return false;
         };
         for (key, _, reservation) in &held.charged {
-            if let Some(cell) = self.cells.get_mut(key) {
-                cell.cell.refund(reservation);
-            }
+            self.refund_in(key, reservation);
         }
         true
     }
@@ -367,6 +398,42 @@ mod tests {
 
     /// Redis counts as many processes as the spell began with.
     const ALL_BACK: (u32, Duration) = (0, Duration::from_secs(5));
+
+    /// The earliest start a recovering call at half the rate may take at
+    /// `now`, nothing held; `None`: Redis alone decides.
+    fn earliest(f: &mut SpendCells, windows: &[SharedWindow], now: Instant) -> Option<Instant> {
+        let far = now + Duration::from_secs(3_600);
+        match f.hold_recovering(windows, 0.5, (now, now, far), ALL_BACK)? {
+            Ok((at, held)) => {
+                f.release(&held);
+                Some(at)
+            }
+            Err(late) => Some(late.at),
+        }
+    }
+
+    #[test]
+    fn recovering_calls_hold_their_start_in_every_window() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut f = SpendCells::new(t0);
+        let call = [window("api_key", None, 0, "2/1s", 1)];
+        f.reserve(&call, 1.0, t0, t0, t0).unwrap();
+        // Back a moment later, calls at once: the first holds the room left.
+        let back = t0 + s / 10;
+        let hold = |f: &mut SpendCells| f.hold_recovering(&call, 1.0, (back, back, back), ALL_BACK);
+        let Some(Ok((at, held))) = hold(&mut f) else {
+            panic!("the window had room");
+        };
+        assert_eq!(at, back);
+        assert_eq!(
+            hold(&mut f).and_then(Result::err).map(|late| late.at),
+            Some(t0 + s)
+        );
+        // Redis answered: the start is free again.
+        f.release(&held);
+        assert!(matches!(hold(&mut f), Some(Ok((at, _))) if at == back));
+    }
 
     fn window(
         scope: &str,
@@ -505,24 +572,17 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
         let mut f = SpendCells::new(t0);
-        assert_eq!(f.recovering(&call(5), 0.5, (t0, t0), ALL_BACK), None);
+        assert_eq!(earliest(&mut f, &call(5), t0), None);
         f.reserve(&call(5), 0.5, t0, t0, t0).unwrap();
         f.reserve(&call(5), 0.5, t0, t0, t0).unwrap();
         // Redis back empty counts one process for a while: the spell's half holds.
         assert_eq!(f.spell.share_in_force(1.0), 0.5);
         let back = t0 + s / 10;
-        let late = f.recovering(&call(5), 0.5, (back, back), ALL_BACK).unwrap();
-        assert_eq!(late.at, t0 + s);
+        assert_eq!(earliest(&mut f, &call(5), back), Some(t0 + s));
         f.count_shared(&call(5), 0.5, (t0 + s, t0 + s));
         // Ten seconds after the last local start (the longest window), Redis alone decides.
-        assert!(
-            f.recovering(&call(5), 0.5, (t0 + 5 * s, t0 + 5 * s), ALL_BACK)
-                .is_some()
-        );
-        assert_eq!(
-            f.recovering(&call(5), 0.5, (t0 + 10 * s, t0 + 10 * s), ALL_BACK),
-            None
-        );
+        assert!(earliest(&mut f, &call(5), t0 + 5 * s).is_some());
+        assert_eq!(earliest(&mut f, &call(5), t0 + 10 * s), None);
         assert_eq!(f.spell.share_in_force(1.0), 1.0);
     }
 
@@ -543,9 +603,7 @@ mod tests {
         let denied = f.reserve(&call(1), 0.5, t0 + s, t0 + s, t0 + 2 * s);
         assert!(denied.is_err(), "{denied:?}");
         // Back in shared mode at 3 s: the cells still hold the call back.
-        let late = f
-            .recovering(&call(1), 0.5, (t0 + 3 * s, t0 + 3 * s), ALL_BACK)
-            .unwrap();
-        assert!(late.at >= t0 + 10 * s, "{late:?}");
+        let late = earliest(&mut f, &call(1), t0 + 3 * s).unwrap();
+        assert!(late >= t0 + 10 * s, "{late:?}");
     }
 }

@@ -112,7 +112,7 @@ impl Leases {
             let reserved = cred.reserved.notified();
             tokio::pin!(reserved);
             reserved.as_mut().enable();
-            let mut probe_out = None;
+            let mut probe_out = false;
             let (fetch, epoch) = {
                 let now = Instant::now();
                 let mut state = cred.state.lock();
@@ -145,7 +145,7 @@ impl Leases {
                     // the probe's answer puts the others in shared mode,
                     // would spend beside them a share Redis cannot see.
                     Permit::AwaitProbe(until) if until.min(latest) > now => {
-                        probe_out = Some(until.min(latest));
+                        probe_out = true;
                         (None, state.pool.epoch)
                     }
                     Permit::AwaitProbe(_) => {
@@ -171,14 +171,8 @@ impl Leases {
                     }
                 }
             };
-            if let Some(until) = probe_out {
-                // Registered before looking: an answer after the look wakes us.
-                let probed = self.runner.probed();
-                tokio::pin!(probed);
-                probed.as_mut().enable();
-                if self.runner.probing() {
-                    let _ = tokio::time::timeout_at(until, probed).await;
-                }
+            if probe_out {
+                self.runner.await_probe(latest, self.timeout * 2).await;
                 continue;
             }
             let Some((want, immediate, spacing)) = fetch else {
