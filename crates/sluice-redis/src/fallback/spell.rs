@@ -85,22 +85,21 @@ impl Spell {
         let Some(until) = self.until else {
             return false;
         };
+        // 0: not known (still in fallback, the count is from before).
+        if processes > 0 {
+            self.counted(processes, now);
+        }
         if now < until {
-            if processes < self.processes {
-                self.missing.get_or_insert(None);
-            }
             return true;
         }
         if processes < self.processes {
-            self.missing.get_or_insert(None);
             if now < until + missing {
                 return true;
             }
-        } else if let Some(back) = &mut self.missing {
-            let settled = *back.get_or_insert(now + self.window);
-            if now < settled {
-                return true;
-            }
+        } else if let Some(Some(settled)) = self.missing
+            && now < settled
+        {
+            return true;
         }
         *self = Spell::default();
         false
@@ -159,5 +158,21 @@ mod tests {
         // Answers without a spell change nothing.
         spell.counted(1, t0 + 5 * s);
         assert_eq!(spell, Spell::default());
+    }
+
+    #[test]
+    fn a_count_not_known_yet_is_not_a_missing_process() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut spell = Spell::default();
+        // One slow command: the spell began with all three counted.
+        spell.begin(3);
+        spell.hold(t0, s);
+        // The next call, still in fallback, does not know the count.
+        assert!(spell.binds(t0 + s / 2, (0, 5 * s)));
+        spell.counted(3, t0 + s / 2);
+        // Nobody was missing: the spell ends a window after its last
+        // local start, not a window after the count came.
+        assert!(!spell.binds(t0 + s, (3, 5 * s)));
     }
 }
