@@ -206,8 +206,10 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
         "{outage_busiest} starts in 1 s during the outage"
     );
     assert!(max_in_window(&outage, 1_000.0) <= 2 * R);
-    // Around the switches the bound is looser (docs/shared-limiter.md).
-    assert!(busiest <= 2 * R, "{busiest}");
+    // Around the switches the bound is looser (docs/shared-limiter.md):
+    // processes that had used less than their share add up to it, at most
+    // N (P - 1) / P more in the window of a switch.
+    assert!(busiest <= R + R * 2 / 3, "{busiest}");
     // No call paid more than the command timeout for Redis being gone.
     assert!(longest_probe <= TIMEOUT + SLACK, "{longest_probe:?}");
 }
