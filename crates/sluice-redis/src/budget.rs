@@ -247,7 +247,7 @@ impl RedisBudget {
                 Obtained::Slot(at, token, obtained) => (at, token, obtained),
                 Obtained::Denied(decision) => return decision,
                 Obtained::Fallback(reason) => {
-                    let decision = fallback::decide(
+                    let (decision, started) = fallback::decide(
                         &cred,
                         self.inner.config.fallback_share,
                         &request,
@@ -258,11 +258,10 @@ impl RedisBudget {
                     );
                     // Redis's log does not hold a local start: the worker
                     // adds it, so that the other processes count it too.
-                    let unsent = cred.state.lock().fallback.take_unsent();
                     if let Some(limit) = request.limit {
                         self.inner
                             .jobs
-                            .record(request.credential, first, limit, unsent);
+                            .record(request.credential, first, limit, started);
                     }
                     return decision;
                 }

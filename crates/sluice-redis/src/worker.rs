@@ -289,11 +289,10 @@ fn by_scope(mut starts: Vec<LocalStart>) -> Vec<Vec<LocalStart>> {
 
 /// `at` in signed µs from `now`, as the record script takes a start.
 fn offset(at: Instant, now: Instant) -> i64 {
-    if at >= now {
-        i64::try_from(micros(at - now)).unwrap_or(i64::MAX)
-    } else {
-        i64::try_from(micros(now - at)).map_or(i64::MIN, |ago| -ago)
-    }
+    // One of the two is zero.
+    let ahead = i64::try_from(micros(since(at, now))).unwrap_or(i64::MAX);
+    let ago = i64::try_from(micros(since(now, at))).unwrap_or(i64::MAX);
+    ahead - ago
 }
 
 #[cfg(test)]

@@ -68,9 +68,6 @@ pub(crate) struct Fallback {
     recent: VecDeque<Instant>,
     /// The last spell of local decisions.
     pub(crate) spell: Spell,
-    /// Local starts granted since they were last handed to the worker, to
-    /// be added to Redis's log ([`Fallback::take_unsent`]).
-    unsent: Vec<Instant>,
     /// The cells of calls on several windows, groups or units.
     pub(crate) spends: SpendCells,
 }
@@ -84,7 +81,6 @@ impl Fallback {
             next: 0,
             recent: VecDeque::new(),
             spell: Spell::default(),
-            unsent: Vec::new(),
             spends: SpendCells::new(origin),
         }
     }
@@ -140,7 +136,6 @@ impl Fallback {
                 let id = self.next;
                 self.grants.retain(|_, (_, _, at)| *at + GRANT_MEMORY > now);
                 self.grants.insert(id, (scope.to_owned(), reservation, now));
-                self.unsent.push(start);
                 Ok((start, id))
             }
             Err(NotUntil(at)) => Err(self.instant(at)),
@@ -245,13 +240,6 @@ impl Fallback {
         }
     }
 
-    /// The local starts granted since the last call, for Redis's log:
-    /// Redis does not know them, and every other process should count
-    /// them as soon as it can.
-    pub(crate) fn take_unsent(&mut self) -> Vec<Instant> {
-        std::mem::take(&mut self.unsent)
-    }
-
     /// Records a shared start made while [`Fallback::recovering`], so
     /// that the process's local and shared starts together keep its share.
     pub(crate) fn count_shared(
@@ -329,22 +317,6 @@ mod tests {
         f.penalize("api_key", t0 + Duration::from_secs(3), t0);
         let (c, _) = f.reserve("api_key", l, t0, t0, far).unwrap();
         assert_eq!(c, t0 + Duration::from_secs(3));
-    }
-
-    #[test]
-    fn every_local_start_granted_is_handed_on_once() {
-        let t0 = Instant::now();
-        let mut f = Fallback::new(t0);
-        let l = Some(limit("2/1s", None));
-        let s = Duration::from_secs(1);
-        // The cell knows the shared starts it was seeded with; Redis does too.
-        f.seed("api_key", l, &[t0], t0);
-        f.reserve("api_key", l, t0, t0, t0 + 5 * s).unwrap();
-        f.reserve("api_key", l, t0, t0, t0 + 5 * s).unwrap();
-        // Denied: nothing started.
-        assert!(f.reserve("api_key", l, t0, t0, t0).is_err());
-        assert_eq!(f.take_unsent(), vec![t0, t0 + s]);
-        assert_eq!(f.take_unsent(), Vec::<Instant>::new());
     }
 
     #[test]

@@ -11,7 +11,8 @@ use crate::instant::since;
 /// Decides locally at this process's share of the rate (`configured` is
 /// `fallback_share`, else one over the processes last counted), in
 /// `[not_before, latest]` on the call's first scope; `reason` says why
-/// Redis was not asked.
+/// Redis was not asked. With the decision, the start it granted (if any):
+/// Redis's log does not hold it.
 pub(crate) fn decide(
     cred: &Cred,
     configured: Option<f64>,
@@ -20,7 +21,7 @@ pub(crate) fn decide(
     not_before: Instant,
     latest: Instant,
     reason: String,
-) -> Decision {
+) -> (Decision, Option<Instant>) {
     let now = Instant::now();
     let mut state = cred.state.lock();
     let share = share(configured, state.processes);
@@ -48,14 +49,15 @@ pub(crate) fn decide(
         Ok((start, id)) => {
             state.fallback.spell.spent_at(share);
             state.decisions.fallback += 1;
-            Decision::Granted {
+            let granted = Decision::Granted {
                 wait: since(start, now),
                 grant: decision::fallback(id),
-            }
+            };
+            (granted, Some(start))
         }
         Err(at) => {
             state.decisions.denied += 1;
-            denied(request, 0, since(at, now), Hold::Rate)
+            (denied(request, 0, since(at, now), Hold::Rate), None)
         }
     }
 }
@@ -143,10 +145,18 @@ mod tests {
         }
     }
 
-    fn wait(decision: &Decision) -> (bool, Duration) {
+    /// Granted or not, and the wait; a granted start is handed on, at
+    /// its time, and a denial hands on none.
+    fn wait((decision, started): &(Decision, Option<Instant>)) -> (bool, Duration) {
         match decision {
-            Decision::Granted { wait, .. } => (true, *wait),
-            Decision::Denied { wait, .. } => (false, *wait),
+            Decision::Granted { wait, .. } => {
+                assert_eq!(*started, Some(Instant::now() + *wait));
+                (true, *wait)
+            }
+            Decision::Denied { wait, .. } => {
+                assert_eq!(*started, None);
+                (false, *wait)
+            }
         }
     }
 
