@@ -27,7 +27,7 @@ use crate::lease::{Held, Leases, Obtained, PoolKey, Slot, hold_by_priority};
 use crate::runner::Runner;
 use crate::status::{self, Status};
 use crate::store::Store;
-use crate::windows::{Asked, Leasing, Spends};
+use crate::windows::{self, Asked, Leasing, Spends};
 use crate::worker::Jobs;
 use crate::{Error, RedisConfig};
 
@@ -385,9 +385,18 @@ impl RedisBudget {
             }
             Asked::Leased(decision) => (decision, true),
             Asked::Fallback(reason) => {
-                return fallback::decide_windows(
+                let (decision, started) = fallback::decide_windows(
                     cred, configured, request, parts, not_before, latest, reason,
                 );
+                // As for one limit: the worker adds the local spend to
+                // every budget in Redis, so that the other processes count it.
+                if let Some((at, spend)) = started {
+                    let budgets = windows::budgets(request.windows);
+                    self.inner
+                        .jobs
+                        .record_spend(request.credential, budgets, spend, at);
+                }
+                return decision;
             }
         };
         {
@@ -484,8 +493,15 @@ impl SharedBudget for RedisBudget {
                 .settle(&self.inner.runner, member, unit, estimate, actual);
         } else if let Some(id) = decision::fallback_spend_id(grant) {
             let cred = self.inner.credentials.get(credential);
-            let mut state = cred.state.lock();
-            state.fallback.spends.settle(id, unit, estimate, actual);
+            cred.state
+                .lock()
+                .fallback
+                .spends
+                .settle(id, unit, estimate, actual);
+            // What the worker wrote (or will write) of it to Redis too.
+            self.inner
+                .jobs
+                .true_up_spend(credential, id, unit, estimate, actual);
         }
     }
 }

@@ -115,7 +115,15 @@ fn budget_name(window: &SharedWindow) -> String {
     }
 }
 
-fn budgets(windows: &[SharedWindow]) -> Vec<Budget> {
+/// Whether the budget `name` is a window of `unit` (or of its low share).
+pub(crate) fn is_unit(name: &str, unit: &str) -> bool {
+    let name = name.strip_suffix("~low").unwrap_or(name);
+    name.strip_suffix(unit)
+        .is_some_and(|scope| scope.ends_with(':'))
+}
+
+/// The spend script's budgets for `windows`, at the call's costs.
+pub(crate) fn budgets(windows: &[SharedWindow]) -> Vec<Budget> {
     windows
         .iter()
         .map(|window| Budget {
@@ -512,8 +520,6 @@ impl Spends {
         estimate: u64,
         actual: u64,
     ) {
-        // The unit's windows, and its low share's for a low call.
-        let (suffix, low) = (format!(":{unit}"), format!(":{unit}~low"));
         let (credential, budgets, granted) = {
             let mut held = self.held.lock();
             let Some(entry) = held.get_mut(member) else {
@@ -523,8 +529,8 @@ impl Spends {
             // The buckets among them, renumbered to `charged`.
             let mut buckets = Vec::new();
             for (index, budget) in entry.budgets.iter_mut().enumerate() {
-                let named = budget.name.ends_with(&suffix) || budget.name.ends_with(&low);
-                if named && budget.cost == estimate {
+                // The unit's windows, and its low share's for a low call.
+                if is_unit(&budget.name, unit) && budget.cost == estimate {
                     if let Some(bucket) = entry.granted.buckets.iter().find(|b| b.budget == index) {
                         buckets.push(Bucket {
                             budget: charged.len(),
@@ -569,5 +575,19 @@ impl Spends {
 fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(task);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_unit_budget_is_named_after_its_scope_and_unit() {
+        assert!(is_unit("api_key:tokens", "tokens"));
+        assert!(is_unit("search:tokens~low", "tokens"));
+        assert!(!is_unit("api_key", "api_key"));
+        assert!(!is_unit("api_key:xtokens", "tokens"));
+        assert!(!is_unit("api_key:tokens", "images"));
     }
 }

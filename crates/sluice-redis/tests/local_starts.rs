@@ -1,7 +1,8 @@
 //! Starts a process decided on its own (its fallback, while a command
 //! failed or Redis was away) reach Redis's log, so that the other
-//! processes count them: the record script on its own, then whole budgets
-//! across a slow command and across a kill and an empty restart.
+//! processes count them: the record scripts on their own (one limit, and
+//! every budget of a call on several windows or units), then whole
+//! budgets across a slow command and across a kill and an empty restart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit, SharedWindow};
 use sluice_redis::keys::{CredentialKeys, part};
+use sluice_redis::spend::{Budget, SpendScripts, Spent};
 use sluice_redis::store::{Clock, RecordArgs, ReserveArgs, Reserved};
 use sluice_redis::{RedisBudget, Store};
 use support::{RedisServer, budget, redis_config};
@@ -151,6 +153,89 @@ async fn recorded_starts_move_a_bucket_on_in_order() {
     );
 }
 
+#[tokio::test]
+async fn recorded_spends_fill_every_budget_once_each_at_their_costs() {
+    let redis = RedisServer::start();
+    let (_, mut conn) = scripts(&redis).await;
+    let scripts = SpendScripts::default();
+    let keys = CredentialKeys::new("sluice", "llm");
+    // A call's budgets: 3 requests a second, and 200 tokens in 10 s at an
+    // estimate of 40.
+    let budgets = [
+        Budget::requests("api_key", 0, 3, 1_000_000),
+        Budget::unit("tokens", 0, 200, 10_000_000, 40),
+    ];
+    // Local spends 2 s ago (out of the request window, still in the
+    // tokens'), 100 ms ago and now; and one older than both windows.
+    let spends = entries(&[
+        (-10_000_000, "old"),
+        (-2_000_000, "a"),
+        (-100_000, "b"),
+        (0, "c"),
+    ]);
+    let record = |conn: &mut redis::aio::MultiplexedConnection| {
+        let (scripts, keys, budgets, spends) = (&scripts, &keys, &budgets, &spends);
+        let mut conn = conn.clone();
+        async move {
+            scripts
+                .record(&mut conn, keys, budgets, spends, Clock::At(NOW))
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(record(&mut conn).await, 3);
+    let requests = keys.budget(&part("api_key"), 0);
+    let tokens = keys.budget(&part("tokens"), 0);
+    let logged = |key: &str| -> Vec<String> { redis.command(&["ZRANGE", key, "0", "-1"]) };
+    assert_eq!(logged(&requests), ["b|1", "c|1"]);
+    assert_eq!(logged(&tokens), ["a|40", "b|40", "c|40"]);
+    // Sent again (its first sending timed out): each is logged once.
+    assert_eq!(record(&mut conn).await, 3);
+    assert_eq!(logged(&tokens).len(), 3);
+    // The spend script counts them: a fourth call of 40 tokens fits
+    // (160 of 200) and fills the request window; a fifth waits until the
+    // spend 100 ms ago leaves it.
+    let spend = |member: &'static str| {
+        let (scripts, keys, budgets) = (&scripts, &keys, &budgets);
+        let mut conn = conn.clone();
+        async move {
+            scripts
+                .reserve(&mut conn, keys, budgets, member, 0, Clock::At(NOW))
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(spend("d").await, Spent::Granted { wait: 0 });
+    assert_eq!(
+        spend("e").await,
+        Spent::Denied {
+            wait: 900_000,
+            budget: 0
+        }
+    );
+}
+
+#[tokio::test]
+async fn recorded_spends_move_a_bucket_on_by_their_cost() {
+    let redis = RedisServer::start();
+    let (_, mut conn) = scripts(&redis).await;
+    let keys = CredentialKeys::new("sluice", "bucket");
+    // 100 tokens a second, 200 at once: one token every 10 ms; a cost of
+    // 30 moves the arrival time on by 300 ms.
+    let budgets = [Budget::unit("tokens", 0, 100, 1_000_000, 30).with_burst(200)];
+    // One spend long drained, one 200 ms ago, one now.
+    let spends = entries(&[(-5_000_000, "old"), (-200_000, "a"), (0, "b")]);
+    let recorded = SpendScripts::default()
+        .record(&mut conn, &keys, &budgets, &spends, Clock::At(NOW))
+        .await
+        .unwrap();
+    assert_eq!(recorded, 2);
+    // From 200 ms ago: +300 ms, then from there (100 ms from now) +300 ms.
+    let key = format!("{}:g", keys.budget(&part("tokens"), 0));
+    let tat: String = redis.command(&["GET", &key]);
+    assert_eq!(tat.parse::<u64>().unwrap(), NOW + 400_000);
+}
+
 fn request(credential: &str, limit: SharedLimit) -> ReserveRequest<'_> {
     ReserveRequest {
         credential,
@@ -214,6 +299,111 @@ async fn starts_made_while_redis_was_down_count_for_every_process_once_it_is_bac
         started += usize::from(granted(&b.reserve(request("down", limit)).await));
     }
     assert_eq!(started, 1, "{:?}", b.status());
+}
+
+/// Two request windows of `api_key` and a unit's: the several-window path.
+fn several() -> [SharedWindow; 3] {
+    let window = |unit: Option<&str>, index: usize, rate: &str, cost: u64| SharedWindow {
+        scope: "api_key".into(),
+        unit: unit.map(Into::into),
+        index,
+        rate: rate.parse().unwrap(),
+        cost,
+        low: false,
+        burst: None,
+    };
+    [
+        window(None, 0, "3/10s", 1),
+        window(None, 1, "100/100s", 1),
+        window(Some("tokens"), 0, "1000/10s", 250),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spends_on_several_windows_made_while_redis_was_down_count_once_it_is_back() {
+    let mut redis = RedisServer::start();
+    let windows = several();
+    let limit = window("3/10s");
+    // Willing to wait out a command that times out.
+    let call = || patient("spent", limit, &windows);
+    let a = budget(redis_config(&redis.url()).max_lease(1)).await;
+    assert!(granted(&a.reserve(call()).await));
+    redis.kill();
+    // Alone, this process's share is every whole window: two more
+    // requests (3 of 3), 750 tokens of 1,000.
+    let mut local = Vec::new();
+    for _ in 0..3 {
+        local.push(granted(&a.reserve(call()).await));
+    }
+    assert_eq!(local, [true, true, false], "{:?}", a.status());
+    // Back, and empty: it forgot the shared spend, not the local ones,
+    // which reach every budget at their costs.
+    redis.restart();
+    let keys = CredentialKeys::new("sluice", "spent");
+    let requests = keys.budget(&part("api_key"), 0);
+    until_logged(&redis, &a, &requests, 2).await;
+    for (budget, cost) in [
+        (keys.budget(&part("api_key"), 1), 1),
+        (keys.budget(&part("api_key:tokens"), 0), 250),
+    ] {
+        let members: Vec<String> = redis.command(&["ZRANGE", &budget, "0", "-1"]);
+        assert_eq!(members.len(), 2, "{budget}: {members:?}");
+        assert!(
+            members.iter().all(|m| m.ends_with(&format!("|{cost}"))),
+            "{budget}: {members:?}"
+        );
+    }
+    // Another process may spend once more in these windows, not three times.
+    let b = budget(redis_config(&redis.url()).max_lease(1)).await;
+    let mut started = 0;
+    for _ in 0..3 {
+        started += usize::from(granted(&b.reserve(call()).await));
+    }
+    assert_eq!(started, 1, "{:?}", b.status());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_spend_s_true_up_reaches_redis_before_or_after_the_spend() {
+    let mut redis = RedisServer::start();
+    let windows = several();
+    let call = || patient("trued", window("3/10s"), &windows);
+    let a = budget(redis_config(&redis.url()).max_lease(1)).await;
+    assert!(granted(&a.reserve(call()).await));
+    redis.kill();
+    let grant = |decision: Decision| match decision {
+        Decision::Granted { grant, .. } => grant,
+        Decision::Denied { .. } => panic!("denied: {decision:?}"),
+    };
+    let first = grant(a.reserve(call()).await);
+    let second = grant(a.reserve(call()).await);
+    // The first answer states 400 tokens while Redis is away: the spend
+    // is written with it.
+    a.settle("trued", &first, "tokens", 250, 400);
+    redis.restart();
+    let keys = CredentialKeys::new("sluice", "trued");
+    let tokens = keys.budget(&part("api_key:tokens"), 0);
+    until_logged(&redis, &a, &keys.budget(&part("api_key"), 0), 2).await;
+    let costs = |redis: &RedisServer| -> Vec<String> {
+        let mut costs: Vec<String> = redis
+            .command::<Vec<String>>(&["ZRANGE", &tokens, "0", "-1"])
+            .iter()
+            .filter_map(|m| m.rsplit_once('|').map(|(_, cost)| cost.to_owned()))
+            .collect();
+        costs.sort();
+        costs
+    };
+    assert_eq!(costs(&redis), ["250", "400"]);
+    // The second states 100 once Redis holds it: its entry is rewritten.
+    a.settle("trued", &second, "tokens", 250, 100);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while costs(&redis) != ["100", "400"] {
+        assert!(Instant::now() < deadline, "{:?}", costs(&redis));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The request windows keep a cost of 1 each.
+    let requests: Vec<String> =
+        redis.command(&["ZRANGE", &keys.budget(&part("api_key"), 1), "0", "-1"]);
+    assert!(requests.iter().all(|m| m.ends_with("|1")), "{requests:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,7 +63,9 @@ pub(crate) fn decide(
 }
 
 /// [`decide`] for a call on several windows, groups or units: every window
-/// it touches at this process's share, one start for all or nothing.
+/// it touches at this process's share, one start for all or nothing, and
+/// the start it granted with the spend's id (if any), which Redis's logs
+/// do not hold.
 pub(crate) fn decide_windows(
     cred: &Cred,
     configured: Option<f64>,
@@ -72,7 +74,7 @@ pub(crate) fn decide_windows(
     not_before: Instant,
     latest: Instant,
     reason: String,
-) -> Decision {
+) -> (Decision, Option<(Instant, u64)>) {
     let now = Instant::now();
     let mut state = cred.state.lock();
     let share = share(configured, state.processes);
@@ -93,18 +95,18 @@ pub(crate) fn decide_windows(
     {
         Ok((start, id)) => {
             state.decisions.fallback += 1;
-            Decision::Granted {
+            let granted = Decision::Granted {
                 wait: since(start, now),
                 grant: decision::fallback_spend(id),
-            }
+            };
+            (granted, Some((start, id)))
         }
         Err(late) => {
             state.decisions.denied += 1;
-            denied(
-                request,
-                scope_index(request, late.window),
-                since(late.at, now),
-                Hold::Rate,
+            let index = scope_index(request, late.window);
+            (
+                denied(request, index, since(late.at, now), Hold::Rate),
+                None,
             )
         }
     }

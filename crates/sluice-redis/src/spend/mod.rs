@@ -81,7 +81,7 @@ impl Budget {
     }
 
     /// T, the emission interval of a bucket, µs.
-    fn interval(&self) -> Micros {
+    pub fn interval(&self) -> Micros {
         self.window.max(1).div_ceil(self.limit.max(1))
     }
 
@@ -190,11 +190,13 @@ pub struct Heartbeat<'a> {
     pub window: Micros,
 }
 
-/// The spend, settle and refund scripts (run with `EVALSHA`, reloaded on NOSCRIPT).
+/// The spend, settle and refund scripts, and the one that records spends
+/// made without Redis (run with `EVALSHA`, reloaded on NOSCRIPT).
 #[derive(Debug, Clone)]
 pub struct SpendScripts {
     spend: Script,
     settle: Script,
+    record: Script,
 }
 
 impl Default for SpendScripts {
@@ -202,6 +204,7 @@ impl Default for SpendScripts {
         SpendScripts {
             spend: Script::new(include_str!("../lua/spend.lua")),
             settle: Script::new(include_str!("../lua/settle.lua")),
+            record: Script::new(include_str!("../lua/record_spends.lua")),
         }
     }
 }
@@ -437,6 +440,54 @@ impl SpendScripts {
     {
         self.rewrite(conn, keys, budgets, member, granted, None)
             .await
+    }
+
+    /// Adds spends this process made on its own (its fallback decided
+    /// them while Redis could not be asked) to every one of `budgets`, at
+    /// each budget's cost: `spends` are signed µs from now (earliest
+    /// first) and each spend's member, unique to it, so that a spend sent
+    /// again after a timeout is logged once in a window. Nothing is
+    /// refused: the spends happened. Returns how many still counted in
+    /// some budget (those older than every window are left out).
+    pub async fn record<C>(
+        &self,
+        conn: &mut C,
+        keys: &CredentialKeys,
+        budgets: &[Budget],
+        spends: &[(i64, String)],
+        clock: Clock,
+    ) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        if budgets.is_empty() || spends.is_empty() {
+            return Ok(0);
+        }
+        let mut invocation = self.record.prepare_invoke();
+        for budget in budgets {
+            invocation.key(budget.key(keys));
+        }
+        invocation
+            .arg(clock_arg(clock))
+            .arg(TTL_SLACK)
+            .arg(budgets.len());
+        for budget in budgets {
+            invocation
+                .arg(budget.limit.max(1))
+                .arg(budget.window.max(1))
+                .arg(budget.cost)
+                .arg(budget.burst.unwrap_or(0));
+        }
+        for (offset, member) in spends {
+            invocation.arg(*offset).arg(member);
+        }
+        let value: Value = invocation
+            .invoke_async(conn)
+            .await
+            .map_err(|e| reply_error(&e))?;
+        int(&value)
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| Error::Reply(format!("unexpected record reply {value:?}")))
     }
 
     async fn rewrite<C>(

@@ -11,7 +11,12 @@ use tokio::time::Instant;
 
 use crate::instant::since;
 use crate::runner::Runner;
-use crate::store::{Clock, RecordArgs, SlotToken};
+use crate::spend::Budget;
+use crate::store::{Clock, SlotToken};
+
+mod local;
+
+use local::{Charged, Kept, LocalStart, TrueUp};
 
 /// Queued background jobs before new ones are dropped (a dropped refund
 /// under-spends; a dropped block is still known locally and to Redis
@@ -21,9 +26,6 @@ const JOB_QUEUE: usize = 4_096;
 const BATCH: usize = 256;
 /// Blocks kept for replay while Redis is unreachable.
 const PENDING_BLOCKS: usize = 64;
-/// Local starts kept for recording while Redis is unreachable (the
-/// latest; those a window old are dropped first, as they no longer count).
-const PENDING_STARTS: usize = 4_096;
 /// How long refunds are gathered into one round trip.
 const REFUND_BATCH: Duration = Duration::from_millis(25);
 /// How often the worker replays pending blocks.
@@ -32,6 +34,7 @@ const REPLAY_EVERY: Duration = Duration::from_millis(250);
 /// Work sent in the background: `refund`, `block` and `record` never wait on Redis.
 enum Job {
     Record(LocalStart),
+    TrueUp(TrueUp),
     Refund {
         credential: String,
         tokens: Vec<SlotToken>,
@@ -42,25 +45,6 @@ enum Job {
         until: Instant,
         hold: Hold,
     },
-}
-
-/// A start the fallback granted without Redis, to be added to the shared
-/// log so that every process counts it.
-#[derive(Debug, Clone, PartialEq)]
-struct LocalStart {
-    /// Numbers the start once the worker has it (0 until then).
-    id: u64,
-    credential: String,
-    scope: String,
-    limit: SharedLimit,
-    at: Instant,
-}
-
-impl LocalStart {
-    /// A window after the start it no longer counts anywhere.
-    fn counts_at(&self, now: Instant) -> bool {
-        self.at + self.limit.rate.window() > now
-    }
 }
 
 /// Hands work to the worker; cheap to clone. The worker stops when every
@@ -104,12 +88,57 @@ impl Jobs {
         limit: SharedLimit,
         starts: impl IntoIterator<Item = Instant>,
     ) {
+        let charged = Charged::Limit {
+            scope: scope.to_owned(),
+            limit,
+        };
+        self.record_charged(credential, &charged, starts);
+    }
+
+    /// Adds a spend the fallback granted (`spend`, its id) on several of
+    /// `credential`'s windows or units at `at` to every one of `budgets`,
+    /// as [`Jobs::record`] does for one limit.
+    pub(crate) fn record_spend(
+        &self,
+        credential: &str,
+        budgets: Vec<Budget>,
+        spend: u64,
+        at: Instant,
+    ) {
+        let charged = Charged::Budgets { budgets, spend };
+        self.record_charged(credential, &charged, [at]);
+    }
+
+    /// The true-up of a local spend in `unit`: `actual` where `estimate`
+    /// was charged, in what Redis is told (or was told) of it.
+    pub(crate) fn true_up_spend(
+        &self,
+        credential: &str,
+        spend: u64,
+        unit: &str,
+        estimate: u64,
+        actual: u64,
+    ) {
+        self.send(Job::TrueUp(TrueUp {
+            credential: credential.to_owned(),
+            spend,
+            unit: unit.to_owned(),
+            estimate,
+            actual,
+        }));
+    }
+
+    fn record_charged(
+        &self,
+        credential: &str,
+        charged: &Charged,
+        starts: impl IntoIterator<Item = Instant>,
+    ) {
         for at in starts {
             self.send(Job::Record(LocalStart {
                 id: 0,
                 credential: credential.to_owned(),
-                scope: scope.to_owned(),
-                limit,
+                charged: charged.clone(),
                 at,
             }));
         }
@@ -128,16 +157,14 @@ impl Jobs {
 /// (kept while the breaker is open) and refunds (dropped while it is open).
 async fn work(runner: Arc<Runner>, mut queue: mpsc::Receiver<Job>) {
     let mut pending: Vec<(String, String, Instant, Hold)> = Vec::new();
-    let mut starts: Vec<LocalStart> = Vec::new();
-    let members = format!("{:016x}:l", rand::random::<u64>());
-    let mut numbered: u64 = 0;
+    let mut kept = Kept::new();
     loop {
         let mut jobs = Vec::new();
         // Kept work goes out as soon as Redis answers again.
-        let kept = !pending.is_empty() || !starts.is_empty();
+        let waiting = !pending.is_empty() || kept.waiting();
         let next = tokio::select! {
             job = tokio::time::timeout(REPLAY_EVERY, queue.recv()) => job.ok(),
-            () = runner.back(), if kept => None,
+            () = runner.back(), if waiting => None,
         };
         match next {
             Some(None) => return,
@@ -183,20 +210,11 @@ async fn work(runner: Arc<Runner>, mut queue: mpsc::Receiver<Job>) {
                     until,
                     hold,
                 } => pending.push((credential, scope, until, hold)),
-                Job::Record(mut start) => {
-                    numbered += 1;
-                    start.id = numbered;
-                    starts.push(start);
-                }
+                Job::Record(start) => kept.add(start),
+                Job::TrueUp(up) => kept.true_up(up, Instant::now()),
             }
         }
-        let now = Instant::now();
-        starts.retain(|start| start.counts_at(now));
-        if starts.len() > PENDING_STARTS {
-            starts.sort_by_key(|start| start.at);
-            let excess = starts.len() - PENDING_STARTS;
-            starts.drain(..excess);
-        }
+        kept.prune(Instant::now());
         if !runner.closed() {
             // Refunds only give back budget: dropping them while Redis is
             // away under-spends, never overspends.
@@ -229,34 +247,7 @@ async fn work(runner: Arc<Runner>, mut queue: mpsc::Receiver<Job>) {
             }
         }
         pending = failed;
-        for group in by_scope(std::mem::take(&mut starts)) {
-            let sent = Instant::now();
-            let entries: Vec<(i64, String)> = group
-                .iter()
-                .map(|start| (offset(start.at, sent), format!("{members}{}", start.id)))
-                .collect();
-            let Some(first) = group.first() else {
-                continue;
-            };
-            let args = RecordArgs {
-                credential: &first.credential,
-                scope: &first.scope,
-                limit: first.limit,
-                starts: &entries,
-            };
-            let result = runner
-                .run(|store, mut conn| {
-                    let args = &args;
-                    async move { store.record(&mut conn, args, Clock::Server).await }
-                })
-                .await;
-            if result.is_err() {
-                // The command's fate is unknown: sent again, a window logs
-                // each start once (by its member) and a bucket may count it
-                // twice (spending less); none is lost (spending more).
-                starts.extend(group);
-            }
-        }
+        kept.send(&runner).await;
         for (credential, tokens) in refunds {
             let _ = runner
                 .run(|store, mut conn| {
@@ -265,105 +256,5 @@ async fn work(runner: Arc<Runner>, mut queue: mpsc::Receiver<Job>) {
                 })
                 .await;
         }
-    }
-}
-
-/// `starts` grouped by credential, scope and limit, each group earliest first.
-fn by_scope(mut starts: Vec<LocalStart>) -> Vec<Vec<LocalStart>> {
-    starts.sort_by(|a, b| (&a.credential, &a.scope, a.at).cmp(&(&b.credential, &b.scope, b.at)));
-    let mut groups: Vec<Vec<LocalStart>> = Vec::new();
-    for start in starts {
-        match groups.iter_mut().find(|group| {
-            group.first().is_some_and(|first| {
-                first.credential == start.credential
-                    && first.scope == start.scope
-                    && first.limit == start.limit
-            })
-        }) {
-            Some(group) => group.push(start),
-            None => groups.push(vec![start]),
-        }
-    }
-    groups
-}
-
-/// `at` in signed µs from `now`, as the record script takes a start.
-fn offset(at: Instant, now: Instant) -> i64 {
-    // One of the two is zero.
-    let ahead = i64::try_from(micros(since(at, now))).unwrap_or(i64::MAX);
-    let ago = i64::try_from(micros(since(now, at))).unwrap_or(i64::MAX);
-    ahead - ago
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn start(credential: &str, scope: &str, rate: &str, at: Instant) -> LocalStart {
-        LocalStart {
-            id: 0,
-            credential: credential.to_owned(),
-            scope: scope.to_owned(),
-            limit: SharedLimit {
-                rate: rate.parse().unwrap(),
-                burst: None,
-            },
-            at,
-        }
-    }
-
-    #[test]
-    fn local_starts_go_out_by_scope_and_limit_earliest_first() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis(1);
-        let groups = by_scope(vec![
-            start("key", "api_key", "10/1s", t0 + 3 * ms),
-            start("other", "api_key", "10/1s", t0),
-            start("key", "api_key", "10/1s", t0 + ms),
-            start("key", "api_key", "20/1s", t0 + 2 * ms),
-            start("key", "model", "10/1s", t0),
-        ]);
-        let seen: Vec<Vec<(&str, &str, u32, Duration)>> = groups
-            .iter()
-            .map(|group| {
-                group
-                    .iter()
-                    .map(|s| {
-                        (
-                            s.credential.as_str(),
-                            s.scope.as_str(),
-                            s.limit.rate.count().get(),
-                            s.at - t0,
-                        )
-                    })
-                    .collect()
-            })
-            .collect();
-        assert_eq!(
-            seen,
-            vec![
-                vec![("key", "api_key", 10, ms), ("key", "api_key", 10, 3 * ms)],
-                vec![("key", "api_key", 20, 2 * ms)],
-                vec![("key", "model", 10, Duration::ZERO)],
-                vec![("other", "api_key", 10, Duration::ZERO)],
-            ]
-        );
-    }
-
-    #[test]
-    fn a_start_is_sent_as_signed_microseconds_from_now() {
-        let now = Instant::now() + Duration::from_secs(10);
-        let ms = Duration::from_millis(1);
-        assert_eq!(offset(now, now), 0);
-        assert_eq!(offset(now + 3 * ms, now), 3_000);
-        assert_eq!(offset(now - 2 * ms, now), -2_000);
-    }
-
-    #[test]
-    fn a_start_counts_for_one_window() {
-        let t0 = Instant::now();
-        let s = start("key", "api_key", "10/1s", t0);
-        assert!(s.counts_at(t0 + Duration::from_millis(999)));
-        assert!(!s.counts_at(t0 + Duration::from_secs(1)));
     }
 }
