@@ -10,7 +10,7 @@
 //! [`SpendScripts::refund`] removes an unused start. Every key lives under
 //! the credential's hash tag, so each script touches one Cluster slot.
 
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 
 use crate::Error;
 use crate::keys::{CredentialKeys, part};
@@ -83,6 +83,16 @@ impl Budget {
     /// T, the emission interval of a bucket, µs.
     pub fn interval(&self) -> Micros {
         self.window.max(1).div_ceil(self.limit.max(1))
+    }
+
+    /// Its four arguments to the spend and record scripts: limit, window
+    /// µs, cost, burst (0: a sliding window).
+    fn args(&self, invocation: &mut ScriptInvocation<'_>) {
+        invocation
+            .arg(self.limit.max(1))
+            .arg(self.window.max(1))
+            .arg(self.cost)
+            .arg(self.burst.unwrap_or(0));
     }
 
     fn key(&self, keys: &CredentialKeys) -> String {
@@ -220,6 +230,24 @@ fn reply_error(error: &redis::RedisError) -> Error {
     Error::from_redis(error, &[], std::time::Duration::ZERO)
 }
 
+/// Runs a script whose reply is a count (of entries changed or recorded).
+async fn count<C>(
+    invocation: ScriptInvocation<'_>,
+    conn: &mut C,
+    script: &str,
+) -> Result<u64, Error>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let value: Value = invocation
+        .invoke_async(conn)
+        .await
+        .map_err(|e| reply_error(&e))?;
+    int(&value)
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| Error::Reply(format!("unexpected {script} reply {value:?}")))
+}
+
 impl SpendScripts {
     /// Charges `member` (unique per call) on every budget at one common
     /// start no more than `max_wait` µs from now, or charges nothing.
@@ -352,11 +380,7 @@ impl SpendScripts {
             invocation.arg(member);
         }
         for budget in budgets {
-            invocation
-                .arg(budget.limit)
-                .arg(budget.window.max(1))
-                .arg(budget.cost)
-                .arg(budget.burst.unwrap_or(0));
+            budget.args(&mut invocation);
         }
         let value: Value = invocation
             .invoke_async(conn)
@@ -472,22 +496,12 @@ impl SpendScripts {
             .arg(TTL_SLACK)
             .arg(budgets.len());
         for budget in budgets {
-            invocation
-                .arg(budget.limit.max(1))
-                .arg(budget.window.max(1))
-                .arg(budget.cost)
-                .arg(budget.burst.unwrap_or(0));
+            budget.args(&mut invocation);
         }
         for (offset, member) in spends {
             invocation.arg(*offset).arg(member);
         }
-        let value: Value = invocation
-            .invoke_async(conn)
-            .await
-            .map_err(|e| reply_error(&e))?;
-        int(&value)
-            .and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| Error::Reply(format!("unexpected record reply {value:?}")))
+        count(invocation, conn, "record").await
     }
 
     async fn rewrite<C>(
@@ -536,13 +550,7 @@ impl SpendScripts {
                 None => invocation.arg("").arg("").arg("").arg(""),
             };
         }
-        let value: Value = invocation
-            .invoke_async(conn)
-            .await
-            .map_err(|e| reply_error(&e))?;
-        int(&value)
-            .and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| Error::Reply(format!("unexpected settle reply {value:?}")))
+        count(invocation, conn, "settle").await
     }
 }
 
