@@ -126,7 +126,7 @@ mod tests {
     use std::time::Duration;
 
     use sluice::Priority;
-    use sluice::shared::SharedLimit;
+    use sluice::shared::{SharedLimit, SharedWindow};
 
     use super::*;
     use crate::credential::Credentials;
@@ -196,5 +196,61 @@ mod tests {
         let (granted, after) = wait(&decide_now(Duration::from_millis(100)));
         assert!(granted);
         assert_eq!(after, Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_whose_wait_went_by_asking_redis_starts_now_on_one_limit_or_several() {
+        let credentials = Credentials::new(Instant::now());
+        let parts = ["api_key".to_owned()];
+        let windows = [
+            SharedWindow {
+                scope: "api_key".into(),
+                unit: None,
+                index: 0,
+                rate: "60/1s".parse().unwrap(),
+                cost: 1,
+                low: false,
+                burst: None,
+            },
+            SharedWindow {
+                scope: "api_key".into(),
+                unit: Some("tokens".into()),
+                index: 0,
+                rate: "1000/1m".parse().unwrap(),
+                cost: 100,
+                low: false,
+                burst: None,
+            },
+        ];
+        // The call could wait 50 ms; the command timed out after 60.
+        let asked = Instant::now();
+        let latest = asked + Duration::from_millis(50);
+        tokio::time::advance(Duration::from_millis(60)).await;
+        let mut call = request(Duration::from_millis(50));
+        let one = decide(
+            &credentials.get("one"),
+            None,
+            &call,
+            &parts,
+            asked,
+            latest,
+            "timeout".into(),
+        );
+        assert_eq!(wait(&one), (true, Duration::ZERO));
+        call.windows = &windows;
+        let (decision, started) = decide_windows(
+            &credentials.get("several"),
+            None,
+            &call,
+            &parts,
+            asked,
+            latest,
+            "timeout".into(),
+        );
+        assert!(
+            matches!(decision, Decision::Granted { wait, .. } if wait.is_zero()),
+            "{decision:?}"
+        );
+        assert_eq!(started.map(|(at, _)| at), Some(Instant::now()));
     }
 }

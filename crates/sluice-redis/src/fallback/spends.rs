@@ -129,7 +129,8 @@ impl SpendCells {
     }
 
     /// The earliest start at or after `from` that every window allows for
-    /// its cost, charging nothing; `Err` when it lies after `latest`.
+    /// its cost, charging nothing; `Err` when it lies after `latest` (or
+    /// after now, once `latest` has passed).
     fn common_start(
         &mut self,
         windows: &[SharedWindow],
@@ -138,6 +139,10 @@ impl SpendCells {
         from: Micros,
         latest: Micros,
     ) -> Result<Micros, (Micros, usize)> {
+        // A call whose wait went by while Redis did not answer may still
+        // start now, as on one limit: it pays the command's timeout
+        // (docs/shared-limiter.md, "Failure modes").
+        let latest = latest.max(now);
         let mut start = from.max(now);
         let mut decided = 0;
         for _ in 0..ROUNDS {
