@@ -273,7 +273,7 @@ impl RedisBudget {
                 let mut state = cred.state.lock();
                 state.fallback.remember(at, request.limit, now);
                 if let Some(limit) = recovering {
-                    state.fallback.count_shared(&parts[0], limit, at, now);
+                    state.fallback.count_shared(&parts[0], limit, at);
                 }
             }
             let slot = Slot::new(token, obtained, &key, &self.inner.jobs, &cred);
@@ -414,7 +414,7 @@ impl RedisBudget {
                     let spends = &mut state.fallback.spends;
                     spends.remember(request.windows, at, now);
                     if let Some(share) = recovering {
-                        spends.count_shared(request.windows, share, (at, now));
+                        spends.count_shared(request.windows, share, at);
                     }
                 }
                 Decision::Denied { .. } => state.decisions.denied += 1,

@@ -150,33 +150,28 @@ impl Fallback {
     /// moment, and starting the cell afresh at the next switch (as this did
     /// before) forgot every local start of the first.
     ///
-    /// Every start is recorded, also those beyond the share: in shared mode
-    /// a process may well have spent more than its share, and slots it was
-    /// granted may still lie ahead (a queued call's start). A start the
-    /// share has no room for is recorded at the earliest time the cell
-    /// allows instead. That is later than its real time, so it occupies
-    /// every window a later local start can end in (local starts never come
-    /// before the last one recorded): the cell errs on spending less, never
-    /// more. Dropping such starts (as this did before) let the cell grant
-    /// them again, a share's worth of extra starts in the windows up to one
-    /// window after the last shared start: the settled fallback's overshoot.
+    /// Every start is recorded at its own time, also those beyond the
+    /// share: in shared mode a process may well have spent more than its
+    /// share, and slots it was granted may still lie ahead (a queued
+    /// call's start). An exact window then holds more than the share, and
+    /// the next local start waits until enough of them have left the
+    /// window ending at it: at most one window, and every window holding a
+    /// local start holds no more than the share. (Each start beyond the
+    /// share was recorded at the first time the share had room, as this
+    /// did before, which put the next local start up to two windows off:
+    /// a busy process was refused for twice its window after one slow
+    /// command.) A bucket moves its arrival time on by one interval per
+    /// start. Dropping such starts (as this did before that) let the cell
+    /// grant them again, a share's worth of extra starts in the windows up
+    /// to one window after the last shared start.
     ///
-    /// A start still ahead (a granted slot not yet due) is recorded as seen
-    /// at `now`: seen from its own time, the cell would forget the starts
-    /// a window before it, which still count now.
-    pub(crate) fn seed(
-        &mut self,
-        scope: &str,
-        limit: Option<SharedLimit>,
-        starts: &[Instant],
-        now: Instant,
-    ) {
-        let now = self.at(now);
+    /// A start still ahead (a granted slot not yet due) is recorded at its
+    /// own time too: the starts a window before it still count until the
+    /// cell's next decision forgets them, from its own `now`.
+    pub(crate) fn seed(&mut self, scope: &str, limit: Option<SharedLimit>, starts: &[Instant]) {
         for start in starts {
             let at = self.at(*start);
-            let _ = self
-                .cell(scope, limit)
-                .reserve(at.min(now), at, Micros::MAX);
+            self.cell(scope, limit).charge_at(at, 1);
         }
     }
 
@@ -198,10 +193,10 @@ impl Fallback {
 
     /// Redis went away: `scope`'s cell, at `limit`, takes in the shared
     /// starts remembered (each counted once: they are forgotten here).
-    pub(crate) fn take_over(&mut self, scope: &str, limit: Option<SharedLimit>, now: Instant) {
+    pub(crate) fn take_over(&mut self, scope: &str, limit: Option<SharedLimit>) {
         let mut recent: Vec<Instant> = self.recent.drain(..).collect();
         recent.sort();
-        self.seed(scope, limit, &recent, now);
+        self.seed(scope, limit, &recent);
     }
 
     /// Back in shared mode while the last spell binds ([`Spell::binds`]:
@@ -242,14 +237,8 @@ impl Fallback {
 
     /// Records a shared start made while [`Fallback::recovering`], so
     /// that the process's local and shared starts together keep its share.
-    pub(crate) fn count_shared(
-        &mut self,
-        scope: &str,
-        limit: Option<SharedLimit>,
-        at: Instant,
-        now: Instant,
-    ) {
-        self.seed(scope, limit, &[at], now);
+    pub(crate) fn count_shared(&mut self, scope: &str, limit: Option<SharedLimit>, at: Instant) {
+        self.seed(scope, limit, &[at]);
     }
 
     /// Gives back a grant that was not used.
@@ -336,7 +325,7 @@ mod tests {
         f.remember(t0 + 900 * ms, l, t0 + 900 * ms);
         // A window after the first start, only the second still counts.
         f.remember(t0 + 1_000 * ms, l, t0 + 1_000 * ms);
-        f.take_over("api_key", l, t0);
+        f.take_over("api_key", l);
         let now = t0 + 1_000 * ms;
         assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_900 * ms));
     }
@@ -351,7 +340,7 @@ mod tests {
         // is spent until that slot (seen from the slot's own time, the
         // first start would be forgotten, and one more would fit now).
         let now = t0 + 100 * ms;
-        f.seed("api_key", l, &[t0, t0 + 1_500 * ms], now);
+        f.seed("api_key", l, &[t0, t0 + 1_500 * ms]);
         assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_500 * ms));
     }
 
@@ -361,18 +350,35 @@ mod tests {
         let ms = Duration::from_millis(1);
         let mut f = Fallback::new(t0);
         let l = Some(limit("2/1s", None));
-        f.seed(
-            "api_key",
-            l,
-            &[t0, t0 + 100 * ms, t0 + 200 * ms],
-            t0 + 200 * ms,
-        );
-        // Three starts against a share of two: the third, with no room, is
-        // recorded at the first time the share has room (t0 + 1 s), so the
-        // next local start waits for it to leave the window, and the window
-        // ending there holds the third real start and one local one at most.
+        f.seed("api_key", l, &[t0, t0 + 100 * ms, t0 + 200 * ms]);
+        // Three starts against a share of two: the next local start waits
+        // until two of them have left the window ending at it (t0 + 1.1 s),
+        // which then holds the third real start and one local one.
         let now = t0 + 300 * ms;
         assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_100 * ms));
+    }
+
+    #[test]
+    fn a_busy_process_waits_at_most_a_window_for_its_share() {
+        // Six starts in half a second against a share of two a second: the
+        // next local start comes once five of them have left its window,
+        // a second after the fifth (each start beyond the share recorded
+        // at the first time the share had room put it at t0 + 3 s).
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut f = Fallback::new(t0);
+        let l = Some(limit("2/1s", None));
+        let shared: Vec<Instant> = (0..6).map(|i| t0 + i * 100 * ms).collect();
+        f.seed("api_key", l, &shared);
+        let now = t0 + 600 * ms;
+        assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_400 * ms));
+        let later = t0 + 1_400 * ms;
+        assert!(f.reserve("api_key", l, later, later, later).is_ok());
+        // The window ending there holds the sixth real start and it.
+        assert_eq!(
+            f.reserve("api_key", l, later, later, later),
+            Err(t0 + 1_500 * ms)
+        );
     }
 
     #[test]
@@ -382,14 +388,14 @@ mod tests {
         let mut f = Fallback::new(t0);
         let l = Some(limit("2/1s", None));
         assert_eq!(earliest(&mut f, l, t0, ALL_BACK), None);
-        f.take_over("api_key", l, t0);
+        f.take_over("api_key", l);
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         // Redis is back 100 ms later: no shared start before the local
         // ones leave the window.
         let back = t0 + 100 * ms;
         assert_eq!(earliest(&mut f, l, back, ALL_BACK), Some(t0 + 1_000 * ms));
-        f.count_shared("api_key", l, t0 + 1_000 * ms, t0 + 100 * ms);
+        f.count_shared("api_key", l, t0 + 1_000 * ms);
         // A window after the last local start, Redis alone decides.
         assert_eq!(earliest(&mut f, l, t0 + 1_000 * ms, ALL_BACK), None);
     }
@@ -444,7 +450,7 @@ mod tests {
         let l = Some(limit("2/1s", None));
         // Three processes when Redis went away.
         f.spell.begin(3);
-        f.take_over("api_key", l, t0);
+        f.take_over("api_key", l);
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         let alone = (1, 5 * s);
@@ -453,8 +459,8 @@ mod tests {
         // the share still binds.
         let back = t0 + 2 * s;
         assert_eq!(earliest(&mut f, l, back, alone), Some(back));
-        f.count_shared("api_key", l, back, back);
-        f.count_shared("api_key", l, back, back);
+        f.count_shared("api_key", l, back);
+        f.count_shared("api_key", l, back);
         assert_eq!(earliest(&mut f, l, back, alone), Some(back + s));
         // Once Redis counts all three, a window more (their last local
         // starts reach Redis as they come back), then Redis alone decides.
@@ -480,16 +486,16 @@ mod tests {
         let ms = Duration::from_millis(1);
         let mut f = Fallback::new(t0);
         let l = Some(limit("2/1s", None));
-        f.take_over("api_key", l, t0);
+        f.take_over("api_key", l);
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         f.reserve("api_key", l, t0, t0, t0).unwrap();
         let late = t0 + 10 * ms;
         f.remember(late, l, late);
-        f.take_over("api_key", l, t0);
+        f.take_over("api_key", l);
         let now = t0 + 20 * ms;
         assert_eq!(f.reserve("api_key", l, now, now, now), Err(t0 + 1_000 * ms));
         // The shared start was taken in once: a third switch adds nothing.
-        f.take_over("api_key", l, t0);
+        f.take_over("api_key", l);
         let later = t0 + 1_000 * ms;
         assert!(f.reserve("api_key", l, later, later, later).is_ok());
     }
@@ -506,7 +512,7 @@ mod tests {
         let mut f = Fallback::new(t0);
         let l = Some(limit("3/1s", None));
         let shared: Vec<Instant> = (0..6).map(|i| t0 + i * 100 * ms).collect();
-        f.seed("api_key", l, &shared, t0);
+        f.seed("api_key", l, &shared);
         let now = t0 + 50 * ms;
         let far = t0 + Duration::from_secs(10);
         let mut local = Vec::new();

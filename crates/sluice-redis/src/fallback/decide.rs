@@ -33,8 +33,8 @@ pub(crate) fn decide(
         state.pool.drain_all();
         let processes = state.processes;
         state.fallback.spell.begin(processes);
-        state.fallback.take_over(&parts[0], limit, now);
-        state.fallback.spends.take_over(share, now);
+        state.fallback.take_over(&parts[0], limit);
+        state.fallback.spends.take_over(share);
     }
     state.mode = (Mode::Fallback, Some(reason));
     // Redis said moments ago that no start is free before `busy_until` (a
@@ -84,8 +84,8 @@ pub(crate) fn decide_windows(
         let limit = request.limit.map(|limit| share_of(limit, share));
         let processes = state.processes;
         state.fallback.spends.spell.begin(processes);
-        state.fallback.take_over(&parts[0], limit, now);
-        state.fallback.spends.take_over(share, now);
+        state.fallback.take_over(&parts[0], limit);
+        state.fallback.spends.take_over(share);
     }
     state.mode = (Mode::Fallback, Some(reason));
     match state

@@ -252,37 +252,28 @@ impl SpendCells {
         }
     }
 
-    /// Records spends made elsewhere (in Redis) in the cells at `share`: a
-    /// spend with no room at its time is recorded at the earliest time its
-    /// cell allows, which only errs on spending less (as the first window's
-    /// seeding does, see `cells.rs`).
-    fn seed(
-        &mut self,
-        (key, scope): (&str, &str),
-        limit: SharedLimit,
-        spends: &[(Instant, u64)],
-        now: Instant,
-    ) {
-        let now = self.at(now);
+    /// Records spends made elsewhere (in Redis) in the cells at `share`,
+    /// each at its own time, also beyond the share (as the first window's
+    /// seeding does, see `cells.rs`): the next local spend waits until
+    /// enough of them have left its window.
+    fn seed(&mut self, (key, scope): (&str, &str), limit: SharedLimit, spends: &[(Instant, u64)]) {
         for (start, cost) in spends {
             let at = self.at(*start);
             let cell = self.cell(key, scope, limit);
             let cost = (*cost).min(cell.capacity());
-            // A spend still ahead is seen from now, as `Fallback::seed` does.
-            let (earliest, _) = cell.earliest_for(at.min(now), at, cost);
-            cell.charge_at(earliest, cost);
+            cell.charge_at(at, cost);
         }
     }
 
     /// Redis went away: every window's cell, at `share`, takes in the
     /// shared spends remembered (each counted once: they are forgotten).
-    pub(crate) fn take_over(&mut self, share: f64, now: Instant) {
+    pub(crate) fn take_over(&mut self, share: f64) {
         let recent: Vec<(String, Recent)> = self.recent.drain().collect();
         for (key, mut recent) in recent {
             let mut spends: Vec<(Instant, u64)> = recent.spends.drain(..).collect();
             spends.sort();
             let limit = share_of(recent.limit, share);
-            self.seed((&key, &recent.scope), limit, &spends, now);
+            self.seed((&key, &recent.scope), limit, &spends);
         }
     }
 
@@ -342,16 +333,11 @@ impl SpendCells {
 
     /// Records a shared spend at `at` made while recovering, so that the
     /// process's local and shared spends together keep its share.
-    pub(crate) fn count_shared(
-        &mut self,
-        windows: &[SharedWindow],
-        share: f64,
-        (at, now): (Instant, Instant),
-    ) {
+    pub(crate) fn count_shared(&mut self, windows: &[SharedWindow], share: f64, at: Instant) {
         for window in windows {
             let limit = scaled(window, share);
             let key = key(window);
-            self.seed((&key, &window.scope), limit, &[(at, window.cost)], now);
+            self.seed((&key, &window.scope), limit, &[(at, window.cost)]);
         }
     }
 
@@ -544,7 +530,7 @@ mod tests {
         let now = t0 + 100 * ms;
         f.remember(&call, t0, now);
         f.remember(&call, t0 + 1_500 * ms, now);
-        f.take_over(1.0, now);
+        f.take_over(1.0);
         let denied = f.reserve(&call, 1.0, now, now, now).unwrap_err();
         assert_eq!(denied.at, t0 + 1_500 * ms);
     }
@@ -558,7 +544,7 @@ mod tests {
         // is used up, the second window's share of ten has eight left.
         f.remember(&call(5), t0, t0);
         f.remember(&call(5), t0 + 100 * ms, t0 + 100 * ms);
-        f.take_over(0.5, t0);
+        f.take_over(0.5);
         let now = t0 + 200 * ms;
         let denied = f.reserve(&call(5), 0.5, now, now, now).unwrap_err();
         assert_eq!(denied.window, 0);
@@ -584,7 +570,7 @@ mod tests {
         assert_eq!(f.spell.share_in_force(1.0), 0.5);
         let back = t0 + s / 10;
         assert_eq!(earliest(&mut f, &call(5), back), Some(t0 + s));
-        f.count_shared(&call(5), 0.5, (t0 + s, t0 + s));
+        f.count_shared(&call(5), 0.5, t0 + s);
         // Ten seconds after the last local start (the longest window), Redis alone decides.
         assert!(earliest(&mut f, &call(5), t0 + 5 * s).is_some());
         assert_eq!(earliest(&mut f, &call(5), t0 + 10 * s), None);
@@ -604,7 +590,7 @@ mod tests {
         for i in 0..10 {
             f.remember(&call(1), t0 + i * s / 10, t0);
         }
-        f.take_over(0.5, t0);
+        f.take_over(0.5);
         let denied = f.reserve(&call(1), 0.5, t0 + s, t0 + s, t0 + 2 * s);
         assert!(denied.is_err(), "{denied:?}");
         // Back in shared mode at 3 s: the cells still hold the call back.
