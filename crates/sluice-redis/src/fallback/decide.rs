@@ -202,31 +202,25 @@ mod tests {
     async fn a_call_whose_wait_went_by_asking_redis_starts_now_on_one_limit_or_several() {
         let credentials = Credentials::new(Instant::now());
         let parts = ["api_key".to_owned()];
+        let window = |unit: Option<&str>, rate: &str, cost: u64| SharedWindow {
+            scope: "api_key".into(),
+            unit: unit.map(Into::into),
+            index: 0,
+            rate: rate.parse().unwrap(),
+            cost,
+            low: false,
+            burst: None,
+        };
         let windows = [
-            SharedWindow {
-                scope: "api_key".into(),
-                unit: None,
-                index: 0,
-                rate: "60/1s".parse().unwrap(),
-                cost: 1,
-                low: false,
-                burst: None,
-            },
-            SharedWindow {
-                scope: "api_key".into(),
-                unit: Some("tokens".into()),
-                index: 0,
-                rate: "1000/1m".parse().unwrap(),
-                cost: 100,
-                low: false,
-                burst: None,
-            },
+            window(None, "60/1s", 1),
+            window(Some("tokens"), "1000/1m", 100),
         ];
         // The call could wait 50 ms; the command timed out after 60.
         let asked = Instant::now();
         let latest = asked + Duration::from_millis(50);
         tokio::time::advance(Duration::from_millis(60)).await;
         let mut call = request(Duration::from_millis(50));
+        let reason = || "timeout".to_owned();
         let one = decide(
             &credentials.get("one"),
             None,
@@ -234,19 +228,13 @@ mod tests {
             &parts,
             asked,
             latest,
-            "timeout".into(),
+            reason(),
         );
         assert_eq!(wait(&one), (true, Duration::ZERO));
         call.windows = &windows;
-        let (decision, started) = decide_windows(
-            &credentials.get("several"),
-            None,
-            &call,
-            &parts,
-            asked,
-            latest,
-            "timeout".into(),
-        );
+        let several = credentials.get("several");
+        let (decision, started) =
+            decide_windows(&several, None, &call, &parts, asked, latest, reason());
         assert!(
             matches!(decision, Decision::Granted { wait, .. } if wait.is_zero()),
             "{decision:?}"
