@@ -68,6 +68,7 @@ mod holds;
 mod instant;
 pub mod keys;
 mod lease;
+mod lua;
 mod redact;
 mod runner;
 pub mod spend;

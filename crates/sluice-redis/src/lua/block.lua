@@ -10,22 +10,7 @@
 --       5 TTL slack µs, 6 channel ('' = none), 7 credential part
 -- Reply: the hold's end, µs from now (0 when nothing changed).
 
-local function int(x) return string.format('%d', x) end
-local function extend(key, us)
-  local want = math.ceil(us / 1000)
-  if want < 1 then want = 1 end
-  local current = redis.call('PTTL', key)
-  if current >= 0 and current >= want then return end
-  redis.call('PEXPIRE', key, int(want))
-end
-
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local scope = ARGV[2]
 local until_ = now + tonumber(ARGV[3])
 local kind = ARGV[4]

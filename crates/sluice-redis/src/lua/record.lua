@@ -16,22 +16,7 @@
 --       logged once)
 -- Reply: how many starts were recorded.
 
-local function int(x) return string.format('%d', x) end
-local function extend(key, us)
-  local want = math.ceil(us / 1000)
-  if want < 1 then want = 1 end
-  local current = redis.call('PTTL', key)
-  if current >= 0 and current >= want then return end
-  redis.call('PEXPIRE', key, int(want))
-end
-
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local alg = ARGV[2]
 local p1 = tonumber(ARGV[3])
 local p2 = tonumber(ARGV[4])

@@ -19,15 +19,7 @@
 --       spend: sent again after a timeout, a spend is logged once)
 -- Reply: how many spends still counted in some budget.
 
-local function int(x) return string.format('%d', x) end
-
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local slack = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local first = 3 + count * 4
@@ -55,9 +47,7 @@ for i = 1, count do
     end
     if last then
       redis.call('ZADD', key, unpack(args))
-      local ms = math.ceil((last - now + window + slack) / 1000)
-      if ms < 1 then ms = 1 end
-      if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, int(ms)) end
+      extend(key, last - now + window + slack)
     end
   elseif cost > 0 then
     local interval = math.ceil(window / limit)
@@ -74,9 +64,7 @@ for i = 1, count do
       end
     end
     if moved then
-      local ms = math.ceil((tat - now + slack) / 1000)
-      if ms < 1 then ms = 1 end
-      redis.call('SET', key, int(tat), 'PX', int(ms))
+      redis.call('SET', key, int(tat), 'PX', ttl_ms(tat - now + slack))
     end
   end
 end

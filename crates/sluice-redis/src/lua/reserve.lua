@@ -31,28 +31,7 @@
 -- aside) has its next start after the slots granted (-1: no limit): the
 -- caller's process knows no start is free before it.
 
-
-local function int(x) return string.format('%d', x) end
-local function ttl_ms(us)
-  local ms = math.ceil(us / 1000)
-  if ms < 1 then ms = 1 end
-  return int(ms)
-end
-local function extend(key, us)
-  local want = math.ceil(us / 1000)
-  if want < 1 then want = 1 end
-  local current = redis.call('PTTL', key)
-  if current >= 0 and current >= want then return end
-  redis.call('PEXPIRE', key, int(want))
-end
-
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local not_before = now + tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
 local want = tonumber(ARGV[4])

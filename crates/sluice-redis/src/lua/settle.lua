@@ -19,8 +19,6 @@
 --       sliding window)
 -- Reply: how many entries were changed
 
-local function int(x) return string.format('%d', x) end
-
 local member = ARGV[1]
 local changed = 0
 for i = 1, #KEYS do

@@ -46,15 +46,7 @@
 --        (processes: those in the heartbeat set, 0 without a heartbeat;
 --        the fallback's share is one over them)
 
-local function int(x) return string.format('%d', x) end
-
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local max_wait = tonumber(ARGV[2])
 local member = ARGV[3]
 local slack = tonumber(ARGV[4])
@@ -199,15 +191,10 @@ local function charge(common, name)
       else
         b.after = b.tat
       end
-      local ms = math.ceil((b.after - now + slack) / 1000)
-      if ms < 1 then ms = 1 end
-      redis.call('SET', b.key, int(b.after), 'PX', int(ms))
+      redis.call('SET', b.key, int(b.after), 'PX', ttl_ms(b.after - now + slack))
     else
       redis.call('ZADD', b.key, int(common), name .. '|' .. int(b.cost))
-      local ms = math.ceil((common - now + b.window + slack) / 1000)
-      if ms < 1 then ms = 1 end
-      local current = redis.call('PTTL', b.key)
-      if current < ms then redis.call('PEXPIRE', b.key, int(ms)) end
+      extend(b.key, common - now + b.window + slack)
     end
   end
 end

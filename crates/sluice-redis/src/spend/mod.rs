@@ -12,9 +12,9 @@
 
 use redis::{Script, ScriptInvocation, Value};
 
-use crate::Error;
 use crate::keys::{CredentialKeys, part};
 use crate::store::Clock;
+use crate::{Error, lua};
 
 mod reply;
 
@@ -212,9 +212,9 @@ pub struct SpendScripts {
 impl Default for SpendScripts {
     fn default() -> Self {
         SpendScripts {
-            spend: Script::new(include_str!("../lua/spend.lua")),
-            settle: Script::new(include_str!("../lua/settle.lua")),
-            record: Script::new(include_str!("../lua/record_spends.lua")),
+            spend: lua::script(include_str!("../lua/spend.lua")),
+            settle: lua::script(include_str!("../lua/settle.lua")),
+            record: lua::script(include_str!("../lua/record_spends.lua")),
         }
     }
 }

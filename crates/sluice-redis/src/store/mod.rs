@@ -13,8 +13,8 @@ use redis::{Script, Value};
 use sluice::limiter::{Micros, micros};
 use sluice::shared::{Hold, SharedLimit};
 
-use crate::Error;
 use crate::keys::{CredentialKeys, part};
+use crate::{Error, lua};
 
 mod reply;
 
@@ -237,10 +237,10 @@ impl Store {
             prefix: prefix.to_owned(),
             channel: format!("{prefix}:events"),
             publish: true,
-            reserve: Script::new(include_str!("../lua/reserve.lua")),
-            block: Script::new(include_str!("../lua/block.lua")),
-            refund: Script::new(include_str!("../lua/refund.lua")),
-            record: Script::new(include_str!("../lua/record.lua")),
+            reserve: lua::script(include_str!("../lua/reserve.lua")),
+            block: lua::script(include_str!("../lua/block.lua")),
+            refund: lua::script(include_str!("../lua/refund.lua")),
+            record: lua::script(include_str!("../lua/record.lua")),
             secrets: Vec::new(),
             timeout: std::time::Duration::ZERO,
         }
