@@ -16,6 +16,7 @@ use sluice::shared::{BoxFuture, Decision, Grant, Hold, ReserveRequest, SharedBud
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use crate::breaker::Permit;
 use crate::credential::{Cred, CredState, Credentials, Mode};
 use crate::decision::{self, Refund, denied};
 use crate::events;
@@ -193,6 +194,7 @@ impl RedisBudget {
                     .decide_windows(&cred, &request, &parts, not_before, latest)
                     .await;
             }
+            self.confirm_spell(&cred).await;
             // Back from a fallback spell: Redis may not hold its local
             // starts yet, nor those of processes still away, so while the
             // spell binds a shared start must also fit this process's share,
@@ -308,6 +310,51 @@ impl RedisBudget {
 }
 
 impl RedisBudget {
+    /// Back from a spell of local decisions, asks once Redis may be asked
+    /// whether it kept its state: the name this process beat under before
+    /// the spell is still in the credential's heartbeat set. If so the
+    /// spell ends, and Redis alone decides again: its logs hold the shared
+    /// starts, and the local ones are written back (`crate::beat`). Until
+    /// then, or if not, the spell binds. The call that asks waits for the
+    /// answer (at most the command timeout, and while Redis does not
+    /// answer, one call a second).
+    async fn confirm_spell(&self, cred: &Cred) {
+        let name = {
+            let mut state = cred.state.lock();
+            if !state.fallback.spell.active() && !state.fallback.spends.spell.active() {
+                state.beat.settled();
+                return;
+            }
+            if !state.beat.owes(Instant::now()) {
+                return;
+            }
+            let stale_probe = self.inner.config.timeout * 2;
+            match self.inner.runner.permit(Instant::now(), stale_probe) {
+                Permit::Ask | Permit::Probe => {}
+                Permit::AwaitProbe(_) | Permit::Refuse => return,
+            }
+            match state.beat.ask(self.inner.leases.process()) {
+                Some(name) => name,
+                None => return,
+            }
+        };
+        let kept = self
+            .inner
+            .runner
+            .run(|store, mut conn| {
+                let name = &name;
+                async move { store.beat_kept(&mut conn, &cred.name, name).await }
+            })
+            .await
+            .ok();
+        let mut state = cred.state.lock();
+        if state.beat.answered(kept, Instant::now()) {
+            tracing::debug!(credential = %cred.name, "Redis kept its state through the spell; it decides alone again");
+            state.fallback.spell.end();
+            state.fallback.spends.spell.end();
+        }
+    }
+
     /// A call on several windows, groups or units: one spend in Redis,
     /// or the fallback's cells at this process's share of every window.
     async fn decide_windows(
@@ -319,6 +366,7 @@ impl RedisBudget {
         latest: Instant,
     ) -> Decision {
         let configured = self.inner.config.fallback_share;
+        self.confirm_spell(cred).await;
         let now = Instant::now();
         let mut not_before = not_before;
         // Back from a fallback spell: Redis's logs do not hold the local
@@ -365,6 +413,8 @@ impl RedisBudget {
         let stale_probe = self.inner.config.timeout * 2;
         self.inner.runner.await_probe(latest, stale_probe).await;
         let now = Instant::now();
+        let process = self.inner.leases.process();
+        let beat = cred.state.lock().beat.name(process);
         let asked = self
             .inner
             .spends
@@ -373,6 +423,7 @@ impl RedisBudget {
                 request,
                 (since(not_before, now), since(latest, now)),
                 leasing,
+                &beat,
             )
             .await;
         // Redis answered: the start it gave (if any) is counted below in

@@ -9,6 +9,7 @@ use sluice::shared::SharedLimit;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::beat::Beat;
 use crate::fallback::Fallback;
 use crate::holds::{Holds, Kind};
 use crate::keys::part;
@@ -68,6 +69,8 @@ pub(crate) struct CredState {
     /// wait, or a grant's next start); forgotten when this process gives
     /// room back or hears of a hold.
     pub(crate) busy_until: Option<Instant>,
+    /// The name this process beats under, and the check a spell owes.
+    pub(crate) beat: Beat,
 }
 
 impl CredState {
@@ -95,6 +98,7 @@ impl Cred {
                 decisions: DecisionCounts::default(),
                 limit: None,
                 busy_until: None,
+                beat: Beat::default(),
             }),
             reserved: Notify::new(),
             held: Notify::new(),

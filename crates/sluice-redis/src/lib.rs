@@ -55,6 +55,7 @@
 //! # }
 //! ```
 
+mod beat;
 mod breaker;
 mod budget;
 mod config;

@@ -300,13 +300,15 @@ impl Spends {
     }
 
     /// Charges every window of `request` at one start between `not_before`
-    /// and `max_wait` from now, or nothing.
+    /// and `max_wait` from now, or nothing; `beat` is the name this
+    /// process beats the credential's heartbeat under.
     pub(crate) async fn reserve(
         self: &Arc<Self>,
         runner: &Arc<Runner>,
         request: &ReserveRequest<'_>,
         (not_before, max_wait): (Duration, Duration),
         leasing: Option<Leasing>,
+        beat: &str,
     ) -> Asked {
         let budgets = budgets(request.windows);
         let now = Instant::now();
@@ -352,7 +354,7 @@ impl Spends {
                 let scripts = &self.scripts;
                 let (budgets, member, keys) = (&budgets, &member, &keys);
                 let heartbeat = Heartbeat {
-                    process: &self.process,
+                    process: beat,
                     window: self.heartbeat,
                 };
                 let window = Window {

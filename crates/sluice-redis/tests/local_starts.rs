@@ -580,3 +580,84 @@ async fn calls_on_several_windows_wait_for_a_probe_too() {
     });
     calls_wait_for_the_probe(&*WINDOWS).await;
 }
+
+/// Granted calls out of `calls` made back to back on `credential`, on
+/// `windows` (the several-window path) or, when empty, on `limit` alone.
+async fn started_on(
+    budget: &Arc<RedisBudget>,
+    credential: &str,
+    limit: SharedLimit,
+    windows: &[SharedWindow],
+    calls: usize,
+) -> usize {
+    let mut started = 0;
+    for _ in 0..calls {
+        let mut call = request(credential, limit);
+        call.windows = windows;
+        started += usize::from(granted(&budget.reserve(call).await));
+    }
+    started
+}
+
+/// A process that spent most of a window when Redis paused for half a
+/// second: decided locally (and over its share) while Redis does not
+/// answer, and once it does, Redis kept its log, so the process starts
+/// what Redis has room for, not only its share.
+async fn busy_across_a_pause(windows: &[SharedWindow], key: &str) {
+    let redis = RedisServer::start();
+    let limit = window("30/10s");
+    let config = || redis_config(&redis.url()).max_lease(1);
+    let (a, b, c) = (
+        budget(config()).await,
+        budget(config()).await,
+        budget(config()).await,
+    );
+    for process in [&b, &c, &a] {
+        assert_eq!(started_on(process, "busy", limit, windows, 1).await, 1);
+    }
+    // This process spends most of the window: more than its share (10).
+    assert_eq!(started_on(&a, "busy", limit, windows, 20).await, 20);
+    let paused = redis.pause(0.5);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(started_on(&a, "busy", limit, windows, 4).await, 0);
+    assert_eq!(a.status().credentials[0].mode, sluice_redis::Mode::Fallback);
+    paused.join().unwrap();
+    // A timed-out command may have added a start when Redis woke.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let logged: usize = redis.command(&["ZCARD", key]);
+    let fallback = a.status().credentials[0].decisions.fallback;
+    assert_eq!(
+        started_on(&a, "busy", limit, windows, 10).await,
+        30 - logged,
+        "{:?}",
+        a.status()
+    );
+    assert_eq!(a.status().credentials[0].decisions.fallback, fallback);
+    assert_eq!(a.status().credentials[0].mode, sluice_redis::Mode::Shared);
+    // The name it beat under before the spell was asked for and removed:
+    // Redis counts three processes, not four.
+    let processes = CredentialKeys::new("sluice", "busy").processes();
+    assert_eq!(redis.command::<usize>(&["ZCARD", &processes]), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_process_goes_on_at_redis_pace_once_a_slow_redis_answers_again() {
+    let key = CredentialKeys::new("sluice", "busy").window(&part("api_key"));
+    busy_across_a_pause(&[], &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_process_on_several_windows_goes_on_at_redis_pace_too() {
+    let window = |index: usize, rate: &str| SharedWindow {
+        scope: "api_key".into(),
+        unit: None,
+        index,
+        rate: rate.parse().unwrap(),
+        cost: 1,
+        low: false,
+        burst: None,
+    };
+    let windows = [window(0, "30/10s"), window(1, "1000/100s")];
+    let key = CredentialKeys::new("sluice", "busy").budget(&part("api_key"), 0);
+    busy_across_a_pause(&windows, &key).await;
+}

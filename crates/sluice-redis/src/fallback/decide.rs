@@ -32,6 +32,8 @@ pub(crate) fn decide(
         // local cell would not count them: drop them (under-spending).
         state.pool.drain_all();
         let processes = state.processes;
+        // Asked once Redis answers: did it keep what it held till now?
+        state.beat.fall_back();
         state.fallback.spell.begin(processes);
         state.fallback.take_over(&parts[0], limit);
         state.fallback.spends.take_over(share);
@@ -83,6 +85,8 @@ pub(crate) fn decide_windows(
         state.pool.drain_all();
         let limit = request.limit.map(|limit| share_of(limit, share));
         let processes = state.processes;
+        // Asked once Redis answers: did it keep what it held till now?
+        state.beat.fall_back();
         state.fallback.spends.spell.begin(processes);
         state.fallback.take_over(&parts[0], limit);
         state.fallback.spends.take_over(share);

@@ -38,6 +38,17 @@ impl Spell {
         };
     }
 
+    /// A spell was begun and has not been found over.
+    pub(crate) fn active(&self) -> bool {
+        self.until.is_some()
+    }
+
+    /// Ends the spell: Redis kept what it held before, and its log holds
+    /// (or is being sent) the local starts.
+    pub(crate) fn end(&mut self) {
+        *self = Spell::default();
+    }
+
     /// A local decision at `at` counts for `window`.
     pub(crate) fn hold(&mut self, at: Instant, window: Duration) {
         let until = at + window;

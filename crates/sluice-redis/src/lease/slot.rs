@@ -273,6 +273,7 @@ impl Leases {
             self.members.fetch_add(1, Ordering::Relaxed)
         );
         let scopes: Vec<&str> = request.scopes.to_vec();
+        let beat = cred.state.lock().beat.name(&self.process);
         let sent = Instant::now();
         let max_wait = micros(since(latest, sent));
         let args = ReserveArgs {
@@ -287,7 +288,7 @@ impl Leases {
             lead: micros(LEAD),
             pace: micros(spacing),
             tick: micros(TIMER_TICK),
-            process: Some(&self.process),
+            process: Some(beat.as_ref()),
             heartbeat: micros(self.heartbeat),
             member_prefix: &member,
         };

@@ -365,6 +365,43 @@ impl Store {
         micros_of(&value)
     }
 
+    /// Whether `name` is in `credential`'s heartbeat set, and if so
+    /// removes it. A process asks this of the name it beat under before a
+    /// spell of local decisions: still there, Redis kept its state. (The
+    /// look is a command of its own: a look that timed out and ran late
+    /// cannot take the name away from the next one.)
+    pub async fn beat_kept<C>(
+        &self,
+        conn: &mut C,
+        credential: &str,
+        name: &str,
+    ) -> Result<bool, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let key = self.keys(credential).processes();
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(&key)
+            .arg(name)
+            .query_async(conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        if score.is_none() {
+            return Ok(false);
+        }
+        // No longer beaten: Redis counts the process once, not twice (if
+        // this fails, the name ages out of the set within a heartbeat).
+        let removed: Result<u64, _> = redis::cmd("ZREM")
+            .arg(&key)
+            .arg(name)
+            .query_async(conn)
+            .await;
+        if let Err(error) = removed {
+            tracing::debug!(error = %self.error(&error), "could not remove an old heartbeat name");
+        }
+        Ok(true)
+    }
+
     /// Gives slots back: one script call per scope and generation. Returns
     /// how many were given back (voided or forgone ones are not).
     pub async fn refund<C>(
