@@ -12,7 +12,7 @@
 //! the spell binds as before: a shared start must also fit the local
 //! cells (docs/shared-limiter.md, "Failure modes").
 //!
-//! Pure state; the check itself is a `ZREM` ([`crate::Store::forget_beat`]).
+//! Pure state; the check itself is [`crate::Store::beat_kept`].
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -235,7 +235,7 @@ impl Fallback {
         }
     }
 
-    /// Records a shared start made while [`Fallback::recovering`], so
+    /// Records a shared start made while [`Fallback::hold_recovering`], so
     /// that the process's local and shared starts together keep its share.
     pub(crate) fn count_shared(&mut self, scope: &str, limit: Option<SharedLimit>, at: Instant) {
         self.seed(scope, limit, &[at]);
