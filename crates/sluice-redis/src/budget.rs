@@ -338,6 +338,8 @@ impl RedisBudget {
                 None => return,
             }
         };
+        // A call dropped while it asks leaves the check owed, not out.
+        let mut out = CheckOut(Some(cred));
         let kept = self
             .inner
             .runner
@@ -347,6 +349,7 @@ impl RedisBudget {
             })
             .await
             .ok();
+        out.0 = None;
         let mut state = cred.state.lock();
         if state.beat.answered(kept, Instant::now()) {
             tracing::debug!(credential = %cred.name, "Redis kept its state through the spell; it decides alone again");
@@ -553,6 +556,18 @@ impl SharedBudget for RedisBudget {
             self.inner
                 .jobs
                 .true_up_spend(credential, id, unit, estimate, actual);
+        }
+    }
+}
+
+/// A spell's check out on a credential; dropped before its answer (the
+/// call was), the check is owed again.
+struct CheckOut<'a>(Option<&'a Cred>);
+
+impl Drop for CheckOut<'_> {
+    fn drop(&mut self) {
+        if let Some(cred) = self.0 {
+            cred.state.lock().beat.answered(None, Instant::now());
         }
     }
 }

@@ -436,11 +436,7 @@ async fn started(
     limit: SharedLimit,
     calls: usize,
 ) -> usize {
-    let mut started = 0;
-    for _ in 0..calls {
-        started += usize::from(granted(&budget.reserve(request(credential, limit)).await));
-    }
-    started
+    started_on(budget, credential, limit, &[], calls).await
 }
 
 fn shared_decisions(budget: &RedisBudget, credential: &str) -> u64 {
