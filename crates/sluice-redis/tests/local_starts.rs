@@ -448,16 +448,21 @@ fn shared_decisions(budget: &RedisBudget, credential: &str) -> u64 {
         .map_or(0, |c| c.decisions.shared)
 }
 
+/// Three processes on `redis`, none leasing.
+async fn three_processes(redis: &RedisServer) -> [Arc<RedisBudget>; 3] {
+    let config = || redis_config(&redis.url()).max_lease(1);
+    [
+        budget(config()).await,
+        budget(config()).await,
+        budget(config()).await,
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_back_before_the_others_keeps_its_share_until_redis_counts_them() {
     let mut redis = RedisServer::start();
     let limit = window("60/1s");
-    let config = || redis_config(&redis.url()).max_lease(1);
-    let (a, b, c) = (
-        budget(config()).await,
-        budget(config()).await,
-        budget(config()).await,
-    );
+    let [a, b, c] = three_processes(&redis).await;
     // Three processes, the last to ask (this one) counting all three.
     for process in [&b, &c, &a] {
         assert_eq!(started(process, "back", limit, 1).await, 1);
@@ -602,12 +607,7 @@ async fn started_on(
 async fn busy_across_a_pause(windows: &[SharedWindow], key: &str) {
     let redis = RedisServer::start();
     let limit = window("30/10s");
-    let config = || redis_config(&redis.url()).max_lease(1);
-    let (a, b, c) = (
-        budget(config()).await,
-        budget(config()).await,
-        budget(config()).await,
-    );
+    let [a, b, c] = three_processes(&redis).await;
     for process in [&b, &c, &a] {
         assert_eq!(started_on(process, "busy", limit, windows, 1).await, 1);
     }
