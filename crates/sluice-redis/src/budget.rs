@@ -319,10 +319,16 @@ impl RedisBudget {
     /// answer (at most the command timeout, and while Redis does not
     /// answer, one call a second).
     async fn confirm_spell(&self, cred: &Cred) {
+        // Set (under the lock) when a spell begins: until then a call in
+        // shared mode pays one load here.
+        if !cred.spell.load(Ordering::Relaxed) {
+            return;
+        }
         let name = {
             let mut state = cred.state.lock();
             if !state.fallback.spell.active() && !state.fallback.spends.spell.active() {
                 state.beat.settled();
+                cred.spell.store(false, Ordering::Relaxed);
                 return;
             }
             if !state.beat.owes(Instant::now()) {

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -52,6 +53,9 @@ pub(crate) struct Cred {
     pub(crate) held: Notify,
     /// Callers holding a slot until its time, by priority.
     pub(crate) waiting: Waiting,
+    /// A fallback spell began and may still bind: calls look at it (under
+    /// the lock) only while this is set.
+    pub(crate) spell: AtomicBool,
 }
 
 pub(crate) struct CredState {
@@ -103,6 +107,7 @@ impl Cred {
             reserved: Notify::new(),
             held: Notify::new(),
             waiting: Waiting::default(),
+            spell: AtomicBool::new(false),
         }
     }
 

@@ -1,5 +1,7 @@
 //! The fallback decision: a call this process cannot ask Redis about is decided in its credential's local cell.
 
+use std::sync::atomic::Ordering;
+
 use sluice::shared::{Decision, Hold, ReserveRequest};
 use tokio::time::Instant;
 
@@ -34,6 +36,7 @@ pub(crate) fn decide(
         let processes = state.processes;
         // Asked once Redis answers: did it keep what it held till now?
         state.beat.fall_back();
+        cred.spell.store(true, Ordering::Relaxed);
         state.fallback.spell.begin(processes);
         state.fallback.take_over(&parts[0], limit);
         state.fallback.spends.take_over(share);
@@ -87,6 +90,7 @@ pub(crate) fn decide_windows(
         let processes = state.processes;
         // Asked once Redis answers: did it keep what it held till now?
         state.beat.fall_back();
+        cred.spell.store(true, Ordering::Relaxed);
         state.fallback.spends.spell.begin(processes);
         state.fallback.take_over(&parts[0], limit);
         state.fallback.spends.take_over(share);
