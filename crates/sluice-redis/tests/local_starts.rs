@@ -301,9 +301,10 @@ async fn starts_made_while_redis_was_down_count_for_every_process_once_it_is_bac
     assert_eq!(started, 1, "{:?}", b.status());
 }
 
-/// Two request windows of `api_key` and a unit's: the several-window path.
-fn several() -> [SharedWindow; 3] {
-    let window = |unit: Option<&str>, index: usize, rate: &str, cost: u64| SharedWindow {
+/// Window `index` of `api_key`'s requests (`unit` `None`, cost 1) or of
+/// one of its units, at `rate`, the call costing `cost` there.
+fn window_of(unit: Option<&str>, index: usize, rate: &str, cost: u64) -> SharedWindow {
+    SharedWindow {
         scope: "api_key".into(),
         unit: unit.map(Into::into),
         index,
@@ -311,11 +312,15 @@ fn several() -> [SharedWindow; 3] {
         cost,
         low: false,
         burst: None,
-    };
+    }
+}
+
+/// Two request windows of `api_key` and a unit's: the several-window path.
+fn several() -> [SharedWindow; 3] {
     [
-        window(None, 0, "3/10s", 1),
-        window(None, 1, "100/100s", 1),
-        window(Some("tokens"), 0, "1000/10s", 250),
+        window_of(None, 0, "3/10s", 1),
+        window_of(None, 1, "100/100s", 1),
+        window_of(Some("tokens"), 0, "1000/10s", 250),
     ]
 }
 
@@ -568,16 +573,10 @@ async fn calls_arriving_while_a_probe_is_out_wait_for_its_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_on_several_windows_wait_for_a_probe_too() {
     static WINDOWS: std::sync::LazyLock<[SharedWindow; 2]> = std::sync::LazyLock::new(|| {
-        let window = |index: usize, rate: &str| SharedWindow {
-            scope: "api_key".into(),
-            unit: None,
-            index,
-            rate: rate.parse().unwrap(),
-            cost: 1,
-            low: false,
-            burst: None,
-        };
-        [window(0, "100/1s"), window(1, "1000/10s")]
+        [
+            window_of(None, 0, "100/1s", 1),
+            window_of(None, 1, "1000/10s", 1),
+        ]
     });
     calls_wait_for_the_probe(&*WINDOWS).await;
 }
@@ -644,16 +643,10 @@ async fn a_busy_process_goes_on_at_redis_pace_once_a_slow_redis_answers_again() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_process_on_several_windows_goes_on_at_redis_pace_too() {
-    let window = |index: usize, rate: &str| SharedWindow {
-        scope: "api_key".into(),
-        unit: None,
-        index,
-        rate: rate.parse().unwrap(),
-        cost: 1,
-        low: false,
-        burst: None,
-    };
-    let windows = [window(0, "30/10s"), window(1, "1000/100s")];
+    let windows = [
+        window_of(None, 0, "30/10s", 1),
+        window_of(None, 1, "1000/100s", 1),
+    ];
     let key = CredentialKeys::new("sluice", "busy").budget(&part("api_key"), 0);
     busy_across_a_pause(&windows, &key).await;
 }

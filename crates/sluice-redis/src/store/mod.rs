@@ -451,6 +451,7 @@ impl Store {
         }
         Ok(given)
     }
+
     /// Adds starts a process made without Redis (its fallback's) to one
     /// scope's shared state (see [`RecordArgs`]). Nothing is refused: the
     /// starts happened. Returns how many were recorded (those a window old

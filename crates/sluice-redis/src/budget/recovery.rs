@@ -1,0 +1,134 @@
+//! Back from a fallback spell: whether Redis kept its state (asked once),
+//! the processes it counts, and the start a recovering call holds in the
+//! local cells while it asks.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use sluice::limiter::Reservation;
+use tokio::time::Instant;
+
+use super::RedisBudget;
+use crate::breaker::Permit;
+use crate::credential::{Cred, CredState, Mode};
+use crate::fallback;
+
+impl RedisBudget {
+    /// Back from a spell of local decisions, asks once Redis may be asked
+    /// whether it kept its state: the name this process beat under before
+    /// the spell is still in the credential's heartbeat set. If so the
+    /// spell ends, and Redis alone decides again: its logs hold the shared
+    /// starts, and the local ones are written back (`crate::beat`). Until
+    /// then, or if not, the spell binds. The call that asks waits for the
+    /// answer (at most the command timeout, and while Redis does not
+    /// answer, one call a second).
+    pub(super) async fn confirm_spell(&self, cred: &Cred) {
+        // Set (under the lock) when a spell begins: until then a call in
+        // shared mode pays one load here.
+        if !cred.spell.load(Ordering::Relaxed) {
+            return;
+        }
+        let name = {
+            let mut state = cred.state.lock();
+            if !state.fallback.spell.active() && !state.fallback.spends.spell.active() {
+                state.beat.settled();
+                cred.spell.store(false, Ordering::Relaxed);
+                return;
+            }
+            if !state.beat.owes(Instant::now()) {
+                return;
+            }
+            let stale_probe = self.inner.config.timeout * 2;
+            match self.inner.runner.permit(Instant::now(), stale_probe) {
+                Permit::Ask | Permit::Probe => {}
+                Permit::AwaitProbe(_) | Permit::Refuse => return,
+            }
+            match state.beat.ask(self.inner.leases.process()) {
+                Some(name) => name,
+                None => return,
+            }
+        };
+        // A call dropped while it asks leaves the check owed, not out.
+        let mut out = CheckOut(Some(cred));
+        let kept = self
+            .inner
+            .runner
+            .run(|store, mut conn| {
+                let name = &name;
+                async move { store.beat_kept(&mut conn, &cred.name, name).await }
+            })
+            .await
+            .ok();
+        out.0 = None;
+        let mut state = cred.state.lock();
+        if state.beat.answered(kept, Instant::now()) {
+            tracing::debug!(credential = %cred.name, "Redis kept its state through the spell; it decides alone again");
+            state.fallback.spell.end();
+            state.fallback.spends.spell.end();
+        }
+    }
+}
+
+/// A spell's check out on a credential; dropped before its answer (the
+/// call was), the check is owed again.
+struct CheckOut<'a>(Option<&'a Cred>);
+
+impl Drop for CheckOut<'_> {
+    fn drop(&mut self) {
+        if let Some(cred) = self.0 {
+            cred.state.lock().beat.answered(None, Instant::now());
+        }
+    }
+}
+
+/// The processes Redis counts now, for [`fallback::Fallback::hold_recovering`],
+/// and how long a missing one is waited for: none known while the
+/// credential is still in fallback (the count is from before the outage;
+/// the call about to ask Redis brings the new one).
+pub(super) fn counted(state: &CredState, heartbeat: Duration) -> (u32, Duration) {
+    let processes = match state.mode.0 {
+        Mode::Fallback => 0,
+        Mode::Shared => state.processes,
+    };
+    (processes, heartbeat)
+}
+
+/// A start held in the fallback's cells while a recovering call asks Redis
+/// ([`fallback::Fallback::hold_recovering`], or its windows'): given back
+/// once the answer came, or when the call is dropped before it.
+pub(super) struct RecoveryHold<'a> {
+    cred: &'a Cred,
+    held: Option<Holding>,
+}
+
+/// What a [`RecoveryHold`] holds.
+pub(super) enum Holding {
+    /// A start in one scope's cell (by key part).
+    Cell(String, Reservation),
+    /// A start in each window of a call on several.
+    Windows(fallback::HeldSpend),
+}
+
+impl<'a> RecoveryHold<'a> {
+    pub(super) fn new(cred: &'a Cred, held: Holding) -> Self {
+        RecoveryHold {
+            cred,
+            held: Some(held),
+        }
+    }
+
+    pub(super) fn none(cred: &'a Cred) -> Self {
+        RecoveryHold { cred, held: None }
+    }
+}
+
+impl Drop for RecoveryHold<'_> {
+    fn drop(&mut self) {
+        let mut state = self.cred.state.lock();
+        match self.held.take() {
+            Some(Holding::Cell(scope, held)) => state.fallback.release(&scope, &held),
+            Some(Holding::Windows(held)) => state.fallback.spends.release(&held),
+            None => {}
+        }
+    }
+}
