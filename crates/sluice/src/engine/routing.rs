@@ -89,27 +89,60 @@ impl<E> Engine<E> {
         now: Micros,
     ) -> Option<ScopeRef> {
         let (key, limits) = credential.limits.groups.get_key_value(name)?;
-        Some(self.scopes.get(&credential.name, name, now, || {
-            Scope::group(
-                credential.name.clone(),
-                key.clone(),
-                limits,
-                &credential.limits,
-                now,
-            )
-        }))
+        Some(self.scopes.get(
+            &credential.name,
+            name,
+            now,
+            || {
+                Scope::group(
+                    credential.name.clone(),
+                    key.clone(),
+                    limits,
+                    &credential.limits,
+                    now,
+                )
+            },
+            &|scope| self.release_own(scope),
+        ))
     }
 
-    /// The credential's own scope.
+    /// The credential's own scope: kept by its record once made, else
+    /// found or made in the registry and kept.
     pub(crate) fn primary(&self, credential: &Credential, now: Micros) -> ScopeRef {
-        self.scopes.get(&credential.name, DEFAULT_SCOPE, now, || {
-            Scope::primary(
-                credential.name.clone(),
-                self.default_scope.clone(),
-                &credential.limits,
-                now,
-            )
-        })
+        if let Some((scope, examine)) = credential.own_scope(now) {
+            if examine {
+                self.scopes
+                    .examine_one(now, &|scope| self.release_own(scope));
+            }
+            return scope;
+        }
+        let scope = self.scopes.get(
+            &credential.name,
+            DEFAULT_SCOPE,
+            now,
+            || {
+                Scope::primary(
+                    credential.name.clone(),
+                    self.default_scope.clone(),
+                    &credential.limits,
+                    now,
+                )
+            },
+            &|scope| self.release_own(scope),
+        );
+        credential.keep_own(&scope);
+        scope
+    }
+
+    /// Whether the record of `scope`'s credential gave it up: asked by the
+    /// registry before it forgets an idle scope held once more than by its
+    /// table (see [`Credential::release_own`]).
+    fn release_own(&self, scope: &Scope) -> bool {
+        *scope.name == *DEFAULT_SCOPE
+            && self
+                .credentials
+                .get(&*scope.credential)
+                .is_some_and(|credential| credential.release_own(scope))
     }
 
     /// The scopes the server reported for `tool` on earlier responses.
@@ -134,14 +167,20 @@ impl<E> Engine<E> {
         if let Some(group) = self.group(credential, name, now) {
             return group;
         }
-        self.scopes.get(&credential.name, name, now, || {
-            Scope::reported(
-                credential.name.clone(),
-                name.clone(),
-                &credential.limits,
-                now,
-            )
-        })
+        self.scopes.get(
+            &credential.name,
+            name,
+            now,
+            || {
+                Scope::reported(
+                    credential.name.clone(),
+                    name.clone(),
+                    &credential.limits,
+                    now,
+                )
+            },
+            &|scope| self.release_own(scope),
+        )
     }
 
     /// The scope a server report about `name` applies to, binding `tool` to

@@ -14,7 +14,7 @@ mod state;
 pub(crate) use admission::AdmittedNow;
 pub(crate) use admission::Permit;
 pub use drain::drain_estimate;
-pub(crate) use registry::Registry;
+pub(crate) use registry::{HITS_PER_EXAMINED, Registry};
 pub(crate) use seats::{GrantHome, Holding, Seats, Slots};
 pub use shadow::ShadowStatus;
 pub(crate) use spend::{Ask, Deferred, Ticket};

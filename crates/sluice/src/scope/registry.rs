@@ -26,11 +26,20 @@ const BUCKETS_PER_EXAMINED: usize = 4;
 /// insert, which pays for its own room; a look-up that finds its scope
 /// examines one now and then, so that idle scopes still leave a table that
 /// stopped growing. Examining is a cache miss or more for each scope on a
-/// large table, so it is not paid on every call.
-const HITS_PER_EXAMINED: u32 = 8;
+/// large table, so it is not paid on every call. A credential's own scope
+/// found through its record counts the same way
+/// ([`Credential::own_scope`](crate::engine::Credential::own_scope)).
+pub(crate) const HITS_PER_EXAMINED: u32 = 8;
+
+/// Asked before forgetting an idle scope that one more holder keeps: gives
+/// it up and says so if that holder is the scope's credential's record,
+/// which keeps its own scope ([`Registry::get`]).
+pub(crate) type Release<'a> = &'a dyn Fn(&Scope) -> bool;
 
 /// Live scopes. A scope is only evicted while nobody holds it and it is as
-/// good as fresh, so recreating it on the next call changes nothing.
+/// good as fresh, so recreating it on the next call changes nothing. A
+/// credential's record keeps its own scope besides the table; `release`
+/// takes it from the record when the scope is to be forgotten.
 ///
 /// One flat table holds every scope, found by the hash of its credential
 /// and name and compared on the names the scope itself keeps: a look-up on
@@ -86,13 +95,15 @@ impl Registry {
     }
 
     /// The scope `(credential, name)`, created by `make` if absent (which
-    /// must make it with these names).
+    /// must make it with these names). `release` is asked before an idle
+    /// scope held once more than by the table is forgotten.
     pub(crate) fn get(
         &self,
         credential: &Arc<str>,
         name: &str,
         now: Micros,
         make: impl FnOnce() -> Scope,
+        release: Release<'_>,
     ) -> ScopeRef {
         let hash = self.hash(credential, name);
         let mut table = self.table();
@@ -116,8 +127,14 @@ impl Registry {
             }
         };
         scope.touch(now);
-        table.examine(examined, now, self);
+        table.examine(examined, now, self, release);
         scope
+    }
+
+    /// Examines one scope for eviction, as a look-up that found its scope
+    /// does every [`HITS_PER_EXAMINED`] times.
+    pub(crate) fn examine_one(&self, now: Micros, release: Release<'_>) {
+        self.table().examine(1, now, self, release);
     }
 
     /// The scope if it exists; never creates one.
@@ -166,8 +183,9 @@ impl Table {
     }
 
     /// Examines the scopes in the next buckets, `count` of them at most:
-    /// forgets those idle and unheld.
-    fn examine(&mut self, count: usize, now: Micros, registry: &Registry) {
+    /// forgets those idle and unheld (or held only by a holder that
+    /// `release` makes give them up).
+    fn examine(&mut self, count: usize, now: Micros, registry: &Registry, release: Release<'_>) {
         let buckets = self.scopes.num_buckets();
         let mut examined = 0;
         for _ in 0..count * BUCKETS_PER_EXAMINED {
@@ -181,9 +199,12 @@ impl Table {
             };
             examined += 1;
             // Holding the lock, no new reference can be handed out, so a
-            // count of one means only the table holds it.
-            if ScopeRef::count(scope) == 1
+            // count of one means only the table holds it; of two, a holder
+            // that `release` can make give it up (asked last: it does).
+            let holders = ScopeRef::count(scope);
+            if holders <= 2
                 && scope.is_evictable(now, registry.idle)
+                && (holders == 1 || release(scope))
                 && let Ok(entry) = self.scopes.get_bucket_entry(index)
             {
                 let (scope, _) = entry.remove();
@@ -220,9 +241,13 @@ mod tests {
     }
 
     fn get(registry: &Registry, credential: &str, now: Micros) -> ScopeRef {
-        registry.get(&Arc::from(credential), "api_key", now, || {
-            make(credential, now)
-        })
+        registry.get(
+            &Arc::from(credential),
+            "api_key",
+            now,
+            || make(credential, now),
+            &|_| false,
+        )
     }
 
     #[test]
@@ -304,9 +329,13 @@ mod tests {
             .resolve("k", &Defaults::default())
             .unwrap();
         for name in ["search", "write"] {
-            registry.get(&credential, name, 0, || {
-                Scope::reported(credential.clone(), Arc::from(name), &limits, 0)
-            });
+            registry.get(
+                &credential,
+                name,
+                0,
+                || Scope::reported(credential.clone(), Arc::from(name), &limits, 0),
+                &|_| false,
+            );
         }
         get(&registry, "other", 0);
         assert_eq!(registry.count("k"), 2);
