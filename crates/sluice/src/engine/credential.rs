@@ -1,4 +1,4 @@
-//! A credential at run time: its resolved limits, its retry budget, and the scopes its tools are bound to.
+//! A credential at run time: its resolved limits, its retry budget, the scopes its tools are bound to, and its own scope once made.
 
 use std::collections::HashMap;
 use std::sync::Arc;
