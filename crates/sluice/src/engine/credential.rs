@@ -248,4 +248,53 @@ mod tests {
         assert!(!a.release_own(&other));
         assert!(ScopeRef::ptr_eq(&own, &kept(a).unwrap()), "still kept");
     }
+
+    /// Four threads on four credentials, each call a whole idle threshold
+    /// after the one before it on any thread, so that scopes are forgotten
+    /// and made while other calls find them: a scope a call holds
+    /// is always the one the registry holds for its credential (never two
+    /// scopes splitting one credential's limits), and the record keeps
+    /// only that one.
+    #[tokio::test]
+    async fn calls_on_many_threads_see_one_scope_per_credential_through_eviction() {
+        const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+        let engine = engine(&NAMES);
+        let step = micros(IDLE) + 2_000_000;
+        let clock = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|threads| {
+            for thread in 0..4 {
+                let (engine, clock) = (&engine, &clock);
+                threads.spawn(move || {
+                    for i in 0..20_000u64 {
+                        let now = clock.fetch_add(step, std::sync::atomic::Ordering::Relaxed);
+                        let name = NAMES[usize::try_from((i + thread) % 4).unwrap()];
+                        let scope = engine.primary(credential(engine, name), now);
+                        let found = engine.scopes.find(name, DEFAULT_SCOPE);
+                        assert!(
+                            found.is_some_and(|found| ScopeRef::ptr_eq(&found, &scope)),
+                            "a held scope of {name} is the registry's"
+                        );
+                    }
+                });
+            }
+        });
+        let forgotten = engine
+            .scopes
+            .forgotten
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            forgotten > 100,
+            "scopes forgotten while calls ran: {forgotten}"
+        );
+        for name in NAMES {
+            assert!(engine.scopes.count(name) <= 1, "{name}: one scope at most");
+            if let Some(kept) = kept(credential(&engine, name)) {
+                let found = engine.scopes.find(name, DEFAULT_SCOPE).unwrap();
+                assert!(
+                    ScopeRef::ptr_eq(&kept, &found),
+                    "{name}: the record keeps the registry's"
+                );
+            }
+        }
+    }
 }

@@ -61,6 +61,9 @@ pub(crate) struct Registry {
     table: Mutex<Table>,
     hasher: BuildFastHasher,
     idle: Micros,
+    /// Scopes forgotten so far, for tests that must know eviction ran.
+    #[cfg(test)]
+    pub(crate) forgotten: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -83,6 +86,8 @@ impl Registry {
             table: Mutex::new(Table::default()),
             hasher: BuildFastHasher::default(),
             idle,
+            #[cfg(test)]
+            forgotten: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -209,6 +214,10 @@ impl Table {
             {
                 let (scope, _) = entry.remove();
                 self.forget(&scope);
+                #[cfg(test)]
+                registry
+                    .forgotten
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
     }
