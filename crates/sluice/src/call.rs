@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use smol_str::SmolStr;
 
 use crate::config::{Priority, Spend};
 use crate::outcome::Outcome;
@@ -17,10 +18,12 @@ use crate::outcome::Outcome;
 /// ```
 #[derive(Debug)]
 pub struct Call<P = serde_json::Value> {
-    pub(crate) tool: Arc<str>,
+    /// Inline up to 23 bytes: a call of a configured tool allocates no
+    /// name, as its requests carry the configured tool's shared one.
+    pub(crate) tool: SmolStr,
     pub(crate) payload: Arc<P>,
     pub(crate) deadline: Option<Duration>,
-    pub(crate) route: Option<Arc<Route>>,
+    pub(crate) route: Option<Arc<Routing>>,
     pub(crate) priority: Option<Priority>,
     pub(crate) spend: Option<Arc<Spend>>,
 }
@@ -36,6 +39,13 @@ impl<P> Clone for Call<P> {
             spend: self.spend.clone(),
         }
     }
+}
+
+/// A routed call's destination, with its label as its requests carry it.
+#[derive(Debug)]
+pub(crate) struct Routing {
+    pub(crate) route: Route,
+    pub(crate) label: Arc<str>,
 }
 
 /// Where a call goes when it names no configured tool: a credential, and
@@ -72,7 +82,7 @@ impl<P> Call<P> {
     /// A call of `tool` carrying any payload the executor understands.
     pub fn with_payload(tool: &str, payload: P) -> Self {
         Call {
-            tool: Arc::from(tool),
+            tool: SmolStr::new(tool),
             payload: Arc::new(payload),
             deadline: None,
             route: None,
@@ -85,7 +95,10 @@ impl<P> Call<P> {
     /// outcomes and metrics; `route` says where it goes.
     pub fn routed(label: &str, route: Route, payload: P) -> Self {
         Call {
-            route: Some(Arc::new(route)),
+            route: Some(Arc::new(Routing {
+                route,
+                label: Arc::from(label),
+            })),
             ..Call::with_payload(label, payload)
         }
     }
@@ -143,5 +156,60 @@ impl From<Outcome> for Completion {
             response: None,
             coalesced: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use bytes::Bytes;
+    use serde_json::json;
+
+    use crate::{Call, CredentialConfig, Gate, GateConfig, Outcome, Route, ToolConfig};
+
+    /// A name past the 23 bytes a call keeps inline.
+    const LONG: &str = "search_the_whole_ticket_archive_by_customer";
+
+    #[tokio::test]
+    async fn requests_carry_the_configured_name_or_the_routed_label() {
+        let seen: Arc<Mutex<Vec<Arc<str>>>> = Arc::default();
+        let log = seen.clone();
+        let executor = crate::executor_fn(move |request: crate::Request<serde_json::Value>| {
+            log.lock().unwrap().push(request.tool.clone());
+            async { Ok(http::Response::new(Bytes::from_static(b"{}"))) }
+        });
+        let config = GateConfig::default()
+            .credential("k", CredentialConfig::with_rate("100/s".parse().unwrap()))
+            .tool("search", ToolConfig::write("k"))
+            .tool(LONG, ToolConfig::write("k"));
+        let gate = Gate::builder(config, executor).build().unwrap();
+        let route = Route {
+            credential: "k".to_string(),
+            read: false,
+            idempotent: false,
+            deadline: None,
+        };
+        let label = format!("{LONG}/routed");
+        for call in [
+            Call::new("search", json!({})),
+            Call::new("search", json!({})),
+            Call::new(LONG, json!({})),
+            Call::new(LONG, json!({})),
+            Call::routed(&label, route, json!({})),
+        ] {
+            assert!(matches!(gate.call(call).await, Outcome::Ok { .. }));
+        }
+        assert!(matches!(
+            gate.call(Call::new("searc", json!({}))).await,
+            Outcome::Error { .. }
+        ));
+        let seen = seen.lock().unwrap();
+        let names: Vec<&str> = seen.iter().map(|name| &**name).collect();
+        assert_eq!(names, ["search", "search", LONG, LONG, label.as_str()]);
+        // A configured tool's requests share the gate's one copy of its
+        // name, however long: no call made its own.
+        assert!(Arc::ptr_eq(&seen[0], &seen[1]));
+        assert!(Arc::ptr_eq(&seen[2], &seen[3]));
     }
 }

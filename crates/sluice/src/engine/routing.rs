@@ -16,6 +16,9 @@ static NO_SPEND: Spend = Spend::none();
 
 /// A call's route, credential and spend, found once.
 pub(crate) struct Routed<'a> {
+    /// The name its requests carry: the configured tool's, or the routed
+    /// call's label.
+    pub(crate) name: &'a Arc<str>,
     pub(crate) route: &'a Route,
     pub(crate) credential: &'a Credential,
     pub(crate) spend: &'a Spend,
@@ -33,17 +36,19 @@ impl<E> Engine<E> {
     /// tool's (one look-up of the tool's name). The error is the call's
     /// outcome.
     pub(crate) fn route<'a, P>(&'a self, call: &'a Call<P>) -> Result<Routed<'a>, Outcome> {
-        let Some(route) = &call.route else {
-            let tool = self
+        let Some(routing) = &call.route else {
+            let (name, tool) = self
                 .tools
-                .get(&*call.tool)
+                .get_key_value(call.tool.as_str())
                 .ok_or_else(|| Outcome::error(None, format!("unknown tool {:?}", &*call.tool)))?;
             return Ok(Routed {
+                name,
                 route: &tool.route,
                 credential: &tool.credential,
                 spend: call.spend.as_deref().unwrap_or(&tool.spend),
             });
         };
+        let route = &routing.route;
         let credential = self
             .credentials
             .get(route.credential.as_str())
@@ -51,6 +56,7 @@ impl<E> Engine<E> {
                 Outcome::error(None, format!("unknown credential {:?}", route.credential))
             })?;
         Ok(Routed {
+            name: &routing.label,
             route,
             credential,
             spend: call.spend.as_deref().unwrap_or(&NO_SPEND),

@@ -30,6 +30,7 @@ pub(crate) async fn complete<E: Executor>(
     // it from here, and reads again only after an await that waited.
     let started = crate::clock::now();
     let Routed {
+        name,
         route,
         credential,
         spend,
@@ -86,6 +87,7 @@ pub(crate) async fn complete<E: Executor>(
     };
     let job = Job {
         call: &call,
+        name,
         route,
         credential,
         deadline,
@@ -105,7 +107,7 @@ pub(crate) async fn complete<E: Executor>(
         };
         match key {
             Some(key) => {
-                let key = (call.tool.clone(), key);
+                let key = (name.clone(), key);
                 let flight = turn
                     .flights
                     .run(key, (started, now), || engine.clock(), run);
@@ -253,7 +255,7 @@ async fn attempts<E: Executor>(
             credential.retry.record_request(sent);
         }
         let request = Request {
-            tool: job.call.tool.clone(),
+            tool: job.name.clone(),
             credential: credential.name.clone(),
             payload: job.call.payload.clone(),
             attempt,

@@ -1,5 +1,7 @@
 //! One call's fixed facts, resolved once before any step runs.
 
+use std::sync::Arc;
+
 use crate::call::{Call, Route};
 use crate::config::Spend;
 use crate::deadline::Deadline;
@@ -19,6 +21,8 @@ pub(crate) enum Keep {
 /// A call with its route, its credential, its deadline, and what it spends.
 pub(super) struct Job<'a, P> {
     pub(super) call: &'a Call<P>,
+    /// The name its requests carry (see [`crate::engine::Routed`]).
+    pub(super) name: &'a Arc<str>,
     pub(super) route: &'a Route,
     pub(super) credential: &'a Credential,
     pub(super) deadline: Deadline,

@@ -91,7 +91,7 @@ fn sync<E, P>(
     now: Micros,
 ) -> ScopeRef {
     let credential = job.credential;
-    let tool = &job.call.tool;
+    let tool = job.name;
     let quota_after = micros(engine.defaults.quota_after);
     let limits = &credential.limits;
     // The call holds the credential's own scope: used now, as a look-up
