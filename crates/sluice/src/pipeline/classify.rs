@@ -33,11 +33,12 @@ pub(super) struct Failed {
 }
 
 /// Sorts a response into the call's outcome, or a failure to consider
-/// retrying. An `ok` completion keeps the response only when `kept`.
+/// retrying, blamed on the scope `blame` finds. An `ok` completion keeps
+/// the response only when `kept`.
 pub(super) fn response(
     response: http::Response<Bytes>,
     signal: &Signal,
-    blamed: ScopeRef,
+    blame: impl FnOnce() -> ScopeRef,
     kept: bool,
 ) -> Result<Completion, Failed> {
     let status = response.status();
@@ -77,7 +78,7 @@ pub(super) fn response(
         final_attempt: response.extensions().get::<NoRetry>().is_some(),
         response: Some(Arc::new(response)),
         message,
-        blamed,
+        blamed: blame(),
     })
 }
 

@@ -292,7 +292,8 @@ async fn attempts<E: Executor>(
                 let kept = shared
                     || job.keep == Keep::Response
                     || response.extensions().get::<Streaming>().is_some();
-                match classify::response(response, &learned.signal, learned.blamed, kept) {
+                let blame = || learned.blamed(engine, job, primary, received);
+                match classify::response(response, &learned.signal, blame, kept) {
                     Ok(completion) => {
                         if !shared {
                             let group = group_scope

@@ -21,10 +21,46 @@ use crate::scope::{Adapted, Scope, ScopeRef};
 use crate::shared::Hold;
 use crate::signal::{self, DEFAULT_SCOPE, ScopeSignal, Signal};
 
-/// What a response said, and the scope a rejection in it is blamed on.
+/// What a response said, and the scope its wait was charged to, if it
+/// asked for one.
 pub(super) struct Learned {
     pub(super) signal: Signal,
-    pub(super) blamed: ScopeRef,
+    pub(super) charged: Option<ScopeRef>,
+}
+
+impl Learned {
+    /// The scope a rejection in the response is blamed on: the one its
+    /// wait was charged to, else the one the signal names. Found only for
+    /// an answer that failed; an accepted one needs no scope found.
+    pub(super) fn blamed<E, P>(
+        &self,
+        engine: &Engine<E>,
+        job: &Job<'_, P>,
+        primary: &ScopeRef,
+        now: Micros,
+    ) -> ScopeRef {
+        match &self.charged {
+            Some(scope) => scope.clone(),
+            None => scope_named(engine, job, primary, self.signal.blamed_scope(), now),
+        }
+    }
+}
+
+/// The credential's scope `name`: a unit's name is the credential's own
+/// scope's business, and so is the credential's own name (which is what a
+/// look-up would find).
+fn scope_named<E, P>(
+    engine: &Engine<E>,
+    job: &Job<'_, P>,
+    primary: &ScopeRef,
+    name: &str,
+    now: Micros,
+) -> ScopeRef {
+    if name == DEFAULT_SCOPE || primary.has_unit(name) {
+        primary.clone()
+    } else {
+        engine.scope_for(job.credential, job.name, name, now)
+    }
 }
 
 /// Learns from a response to a request started at `sent` that arrived at
@@ -51,7 +87,7 @@ pub(super) fn response<E, P>(
     // The wall clock is read only for a response with a time to measure.
     let signal =
         signal::read_with_body_at(response.status(), response.headers(), body, SystemTime::now);
-    let blamed = sync(engine, job, primary, &signal, now);
+    let charged = sync(engine, job, primary, &signal, now);
     crowding(primary, &signal);
     // Too many in flight is not too fast: the rate controller is not told.
     let rate_rejection = signal.throttled && !signal.concurrency;
@@ -63,7 +99,7 @@ pub(super) fn response<E, P>(
         // any start back; the calls keep their order by priority).
         job.credential.seats.outrank(Priority::High, Micros::MAX);
     }
-    Learned { signal, blamed }
+    Learned { signal, charged }
 }
 
 /// A concurrency rejection lowers the credential's cap (the permits are
@@ -82,14 +118,14 @@ fn crowding(primary: &Scope, signal: &Signal) {
 
 /// Syncs every scope the signal reports on, and penalizes the one a
 /// rejection's wait applies to, at `now` (when the answer came). Returns
-/// the scope a rejection is blamed on.
+/// the scope the wait was charged to, if any.
 fn sync<E, P>(
     engine: &Engine<E>,
     job: &Job<'_, P>,
     primary: &ScopeRef,
     signal: &Signal,
     now: Micros,
-) -> ScopeRef {
+) -> Option<ScopeRef> {
     let credential = job.credential;
     let tool = job.name;
     let quota_after = micros(engine.defaults.quota_after);
@@ -134,41 +170,27 @@ fn sync<E, P>(
             }
         }
     }
-    // A unit's name is the credential's own scope's business, and so is
-    // the credential's own name (which is what a look-up would find).
-    let scope_named = |name: &str| {
-        if name == DEFAULT_SCOPE || primary.has_unit(name) {
-            primary.clone()
-        } else {
-            engine.scope_for(credential, tool, name, now)
-        }
-    };
-    let blamed = scope_named(signal.blamed_scope());
+    let scope_named = |name: &str| scope_named(engine, job, primary, name, now);
     bind_cost(primary, signal, now);
     if signal.throttled && signal.quota {
         // A quota the body named as spent: until the wait it states, else
         // for `quota_after`, when one call may look again.
         let wait = signal.wait();
-        let scope = match wait.as_ref().and_then(|wait| wait.scope.as_deref()) {
-            Some(name) => scope_named(name),
-            None => blamed.clone(),
-        };
+        let name = wait.as_ref().and_then(|wait| wait.scope.as_deref());
+        let scope = scope_named(name.unwrap_or(signal.blamed_scope()));
         let resets_in = wait
             .map(|wait| wait.delay)
             .filter(|delay| !delay.is_zero())
             .unwrap_or(engine.defaults.quota_after);
         exhaust(engine, credential, &scope, resets_in, now);
-        return scope;
+        return Some(scope);
     }
     if signal.throttled
         && !signal.concurrency
         && let Some(wait) = signal.wait()
         && !wait.delay.is_zero()
     {
-        let scope = match &wait.scope {
-            Some(name) => scope_named(name),
-            None => blamed.clone(),
-        };
+        let scope = scope_named(wait.scope.as_deref().unwrap_or(signal.blamed_scope()));
         if micros(wait.delay) > quota_after {
             exhaust(engine, credential, &scope, wait.delay, now);
         } else {
@@ -176,9 +198,9 @@ fn sync<E, P>(
             scope.penalize(now.saturating_add(micros(wait.delay)), now);
             share_block(engine, credential, &scope, wait.delay, Hold::Blocked);
         }
-        return scope;
+        return Some(scope);
     }
-    blamed
+    None
 }
 
 /// A cost wait (GraphQL points) in a unit the credential has: that unit's
