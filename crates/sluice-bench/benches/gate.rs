@@ -100,7 +100,66 @@ fn gate_call(c: &mut Criterion) {
             })
         })
     });
+
+    // The same write, answered as GitHub's REST API answers every request:
+    // its limit, what remains and when the window resets, for a resource
+    // the credential's signals name as a scope of their own.
+    let config = GateConfig::default()
+        .credential("k", roomy())
+        .tool("write", ToolConfig::write("k"));
+    let gate = rt.block_on(async {
+        Gate::builder(config, rate_limited_api())
+            .seed(1)
+            .build()
+            .unwrap()
+    });
+    group.bench_function("write, an answer with rate-limit headers", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(gate.call(Call::new("write", json!({"id": 1}))).await);
+                }
+                start.elapsed()
+            })
+        })
+    });
     group.finish();
+}
+
+/// GitHub's rate-limit headers on an accepted request: 4,999 of 5,000
+/// left in the `core` resource's hour.
+fn rate_limit_headers() -> http::HeaderMap {
+    let reset = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3_600;
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in [
+        ("content-type", "application/json".to_string()),
+        ("x-ratelimit-limit", "5000".to_string()),
+        ("x-ratelimit-remaining", "4999".to_string()),
+        ("x-ratelimit-reset", reset.to_string()),
+        ("x-ratelimit-used", "1".to_string()),
+        ("x-ratelimit-resource", "core".to_string()),
+    ] {
+        headers.insert(
+            http::HeaderName::from_static(name),
+            http::HeaderValue::from_str(&value).unwrap(),
+        );
+    }
+    headers
+}
+
+/// An API that answers every request with [`rate_limit_headers`].
+fn rate_limited_api() -> impl sluice::Executor<Payload = serde_json::Value> {
+    let headers = rate_limit_headers();
+    executor_fn(move |_request| {
+        let mut response = http::Response::new(Bytes::from_static(SMALL_JSON));
+        *response.headers_mut() = headers.clone();
+        async move { Ok(response) }
+    })
 }
 
 /// A search API's answer: 20 results of five fields each.
@@ -172,6 +231,10 @@ fn body_signals(c: &mut Criterion) {
     });
     group.bench_function("with the body reader (body_signals = graphql)", |b| {
         b.iter(|| black_box(read(black_box(BodySignals::Graphql))))
+    });
+    let limited = rate_limit_headers();
+    group.bench_function("headers with GitHub's rate-limit fields", |b| {
+        b.iter(|| black_box(signal::read(status, black_box(&limited), now)))
     });
     group.finish();
 

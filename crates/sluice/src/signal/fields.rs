@@ -93,6 +93,35 @@ impl<'a> Fields<'a> {
         (!out.is_empty()).then_some(out)
     }
 
+    /// Every comma-separated element of every value of `name`, trimmed and
+    /// non-empty: the elements of [`Fields::joined`]'s text, without
+    /// joining it (none when it would be `None`).
+    pub fn elements<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a str> + use<'a, 'n> {
+        let readable = self.joined_len(name).is_some();
+        self.values(name)
+            .take_while(move |_| readable)
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|text| text.split(','))
+            .map(str::trim)
+            .filter(|element| !element.is_empty())
+    }
+
+    /// The length of [`Fields::joined`]'s text, found without joining it.
+    fn joined_len(&self, name: &str) -> Option<usize> {
+        let mut len = 0;
+        for value in self.values(name) {
+            let text = value.to_str().ok()?.trim();
+            if text.is_empty() {
+                continue;
+            }
+            len += if len == 0 { 0 } else { 2 } + text.len();
+            if len > MAX_VALUE_LEN {
+                return None;
+            }
+        }
+        (len > 0).then_some(len)
+    }
+
     /// A non-negative integer header value (the first one).
     pub fn integer(&self, name: &str) -> Option<u64> {
         parse_integer(self.first(name)?)
@@ -196,6 +225,8 @@ mod tests {
         headers.append("RateLimit", "\"b\";r=0".parse().unwrap());
         let fields = Fields::new(&headers);
         assert_eq!(fields.joined("ratelimit").unwrap(), "\"a\";r=1, \"b\";r=0");
+        let elements: Vec<_> = fields.elements("RateLimit").collect();
+        assert_eq!(elements, ["\"a\";r=1", "\"b\";r=0"]);
         assert_eq!(fields.first("RATELIMIT"), Some("\"a\";r=1"));
     }
 
@@ -214,6 +245,10 @@ mod tests {
         let fields = Fields::new(&headers);
         assert_eq!(fields.first("Retry-After"), Some("2"));
         assert_eq!(fields.joined("retry-after").unwrap(), "2, 3");
+        assert_eq!(
+            fields.elements("retry-after").collect::<Vec<_>>(),
+            ["2", "3"]
+        );
         assert_eq!(fields.first("absent"), None);
     }
 }

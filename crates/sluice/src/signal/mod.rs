@@ -81,16 +81,18 @@ pub(crate) fn read_with_body_at(
     received: impl FnOnce() -> SystemTime,
 ) -> Signal {
     let mut signal = Signal::new(status.as_u16());
-    // Most responses carry no rate field at all: one pass over their names
-    // spares the profiles' forty-odd look-ups.
+    // Most responses carry no rate field at all, and the rest one family or
+    // two: one pass over their names finds the profiles with a field to
+    // read, and spares the others their look-ups.
     let fields = Fields::new(headers);
-    let in_fields = headers
-        .keys()
-        .any(|name| fields::may_carry_signal(name.as_str()));
+    let readers = readers(headers);
+    let in_fields = readers != 0;
     let clock = (in_fields || !body.is_empty()).then(|| ResponseClock::new(&fields, received()));
     if let Some(clock) = clock.as_ref().filter(|_| in_fields) {
-        for profile in profiles::ALL {
-            (profile.read)(&fields, clock, &mut signal);
+        for (i, profile) in profiles::ALL.iter().enumerate() {
+            if readers & (1 << i) != 0 {
+                (profile.read)(&fields, clock, &mut signal);
+            }
         }
     }
     signal.throttled = is_rejection(status, &signal);
@@ -98,6 +100,24 @@ pub(crate) fn read_with_body_at(
         body::read(body, status, clock, &mut signal);
     }
     signal
+}
+
+/// The profiles with a field among `headers`, a bit each, by their place
+/// in [`profiles::ALL`].
+fn readers(headers: &HeaderMap) -> u32 {
+    const _: () = assert!(profiles::ALL.len() <= 32);
+    let mut readers = 0;
+    for name in headers.keys().map(|name| name.as_str()) {
+        if !fields::may_carry_signal(name) {
+            continue;
+        }
+        for (i, profile) in profiles::ALL.iter().enumerate() {
+            if profile.may_read(name) {
+                readers |= 1 << i;
+            }
+        }
+    }
+    readers
 }
 
 /// Which responses are the server refusing for rate or quota: 429 always;
@@ -135,8 +155,8 @@ mod tests {
         asked.into_inner()
     }
 
-    #[test]
-    fn the_fast_path_skips_no_field_a_profile_reads() {
+    /// A field of every family each profile reads, and then some.
+    fn full() -> HeaderMap {
         let mut full = HeaderMap::new();
         for (name, value) in [
             ("retry-after", "2"),
@@ -181,13 +201,73 @@ mod tests {
                 HeaderValue::from_static(value),
             );
         }
-        for headers in [HeaderMap::new(), full] {
+        full
+    }
+
+    #[test]
+    fn the_fast_path_skips_no_field_a_profile_reads() {
+        for headers in [HeaderMap::new(), full()] {
             let asked = asked(&headers);
             assert!(asked.len() > 20, "{asked:?}");
             for name in asked {
                 assert!(may_carry_signal(&name), "profiles read {name:?}");
             }
         }
+    }
+
+    /// A profile is skipped for a response with none of the fields it
+    /// declares: so every name it asks for must be one of them.
+    #[test]
+    fn each_profile_asks_only_for_the_fields_it_declares() {
+        for headers in [HeaderMap::new(), full()] {
+            let clock = ResponseClock::new(&Fields::new(&headers), SystemTime::UNIX_EPOCH);
+            for status in [200, 429] {
+                for profile in profiles::ALL {
+                    let asked = RefCell::new(Vec::new());
+                    let fields = Fields::recording(&headers, &asked);
+                    (profile.read)(&fields, &clock, &mut Signal::new(status));
+                    for name in asked.into_inner() {
+                        assert!(profile.may_read(&name), "{} reads {name:?}", profile.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Skipping the profiles with no field present changes no signal:
+    /// every field alone, every pair, and all of them.
+    #[test]
+    fn skipping_profiles_changes_no_signal() {
+        let full = full();
+        let every = |headers: &HeaderMap, status: StatusCode| {
+            let fields = Fields::new(headers);
+            let clock = ResponseClock::new(&fields, SystemTime::UNIX_EPOCH);
+            let mut signal = Signal::new(status.as_u16());
+            for profile in profiles::ALL {
+                (profile.read)(&fields, &clock, &mut signal);
+            }
+            signal.throttled = super::is_rejection(status, &signal);
+            signal
+        };
+        let fields: Vec<_> = full.iter().collect();
+        let mut maps = vec![full.clone()];
+        for (i, (name, value)) in fields.iter().enumerate() {
+            for (other, other_value) in &fields[i..] {
+                let mut map = HeaderMap::new();
+                map.append((*name).clone(), (*value).clone());
+                map.append((*other).clone(), (*other_value).clone());
+                maps.push(map);
+            }
+        }
+        let mut read_some = 0;
+        for map in &maps {
+            for status in [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS] {
+                let skipping = read(status, map, SystemTime::UNIX_EPOCH);
+                assert_eq!(skipping, every(map, status), "{map:?}");
+                read_some += usize::from(!skipping.scopes.is_empty());
+            }
+        }
+        assert!(read_some > maps.len(), "{read_some} of {}", maps.len());
     }
 
     /// The quick pass looks for "limit" or "retry": every part holds one,

@@ -12,6 +12,7 @@ use crate::signal::{Fields, ResponseClock, ScopeSignal, Signal};
 
 pub(super) const PROFILE: Profile = Profile {
     name: "anthropic",
+    fields: &["anthropic-ratelimit-"],
     read,
 };
 

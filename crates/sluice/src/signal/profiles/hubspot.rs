@@ -17,6 +17,7 @@ use crate::signal::{DEFAULT_SCOPE, Fields, MAX_DELAY, ResponseClock, ScopeSignal
 
 pub(super) const PROFILE: Profile = Profile {
     name: "hubspot",
+    fields: &["x-hubspot-ratelimit-"],
     read,
 };
 

@@ -12,7 +12,11 @@ use super::structured::{self, Member};
 use crate::signal::fields::parse_integer;
 use crate::signal::{DEFAULT_SCOPE, Fields, ResponseClock, ScopeSignal, Signal};
 
-pub(super) const PROFILE: Profile = Profile { name: "ietf", read };
+pub(super) const PROFILE: Profile = Profile {
+    name: "ietf",
+    fields: &["ratelimit", "beta-ratelimit"],
+    read,
+};
 
 /// A reset above this many seconds is an epoch timestamp, not a delta
 /// (about 2001-09-09; no window is 31 years long).

@@ -19,7 +19,18 @@ use std::time::Duration;
 use super::{Profile, values};
 use crate::signal::{DEFAULT_SCOPE, Fields, ResponseClock, ScopeSignal, Signal};
 
-pub(super) const PROFILE: Profile = Profile { name: "jira", read };
+pub(super) const PROFILE: Profile = Profile {
+    name: "jira",
+    fields: &[
+        "ratelimit-reason",
+        "beta-ratelimit-reason",
+        "x-ratelimit-reset",
+        "x-ratelimit-reason",
+        "x-ratelimit-resource",
+        "x-beta-ratelimit-",
+    ],
+    read,
+};
 
 /// The reset fields, plain first.
 const RESETS: [&str; 2] = ["x-ratelimit-reset", "x-beta-ratelimit-reset"];

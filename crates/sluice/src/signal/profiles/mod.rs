@@ -16,11 +16,22 @@ mod zendesk;
 
 use super::{Fields, ResponseClock, Signal};
 
+impl Profile {
+    /// Whether a field named `name` (lowercase) is one this profile may read.
+    pub fn may_read(&self, name: &str) -> bool {
+        self.fields.iter().any(|start| name.starts_with(start))
+    }
+}
+
 /// One header family's parser: reads what it knows, adds it to the signal.
 #[derive(Debug, Clone, Copy)]
 pub struct Profile {
     /// A short name for docs and `sluice inspect`.
     pub name: &'static str,
+    /// How the name of every field it reads begins (lowercase): a response
+    /// with no such field skips the profile, which would read nothing
+    /// there (a test records every name each profile asks for).
+    pub fields: &'static [&'static str],
     /// Reads the family's headers into the signal; ignores what it cannot parse.
     pub read: fn(&Fields<'_>, &ResponseClock, &mut Signal),
 }

@@ -12,6 +12,11 @@ use crate::signal::{Fields, ResponseClock, ScopeSignal, Signal};
 
 pub(super) const PROFILE: Profile = Profile {
     name: "openai",
+    fields: &[
+        "x-ratelimit-limit-",
+        "x-ratelimit-remaining-",
+        "x-ratelimit-reset-",
+    ],
     read,
 };
 

@@ -6,6 +6,7 @@ use crate::signal::{Fields, ResponseClock, Signal};
 
 pub(super) const PROFILE: Profile = Profile {
     name: "retry-after",
+    fields: &["retry-after", "x-amz-retry-after"],
     read,
 };
 

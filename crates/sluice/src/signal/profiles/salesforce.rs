@@ -14,6 +14,7 @@ use crate::signal::{Fields, ResponseClock, ScopeSignal, Signal};
 
 pub(super) const PROFILE: Profile = Profile {
     name: "salesforce",
+    fields: &["sforce-limit-info"],
     read,
 };
 

@@ -9,12 +9,13 @@
 
 use std::time::Duration;
 
-use super::{Profile, values};
+use super::Profile;
 use crate::signal::fields::parse_integer;
 use crate::signal::{DEFAULT_SCOPE, Fields, ResponseClock, ScopeSignal, Signal};
 
 pub(super) const PROFILE: Profile = Profile {
     name: "shopify",
+    fields: &["x-shopify-shop-api-call-limit"],
     read,
 };
 
@@ -28,9 +29,9 @@ const SLOT_LEAK: Duration = Duration::from_millis(500);
 
 fn read(fields: &Fields<'_>, _clock: &ResponseClock, signal: &mut Signal) {
     // Repeated values: the fullest bucket binds.
-    let fullest = values::elements(fields, FIELD)
-        .iter()
-        .filter_map(|element| used_of_capacity(element))
+    let fullest = fields
+        .elements(FIELD)
+        .filter_map(used_of_capacity)
         .min_by_key(|(used, capacity)| capacity.saturating_sub(*used));
     if let Some((used, capacity)) = fullest {
         let mut report = ScopeSignal::new(DEFAULT_SCOPE, FIELD);

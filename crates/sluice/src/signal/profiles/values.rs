@@ -10,28 +10,13 @@ use std::time::Duration;
 
 use crate::signal::Fields;
 
-/// Every comma-separated element of every value of `name`, trimmed and non-empty.
-pub(super) fn elements(fields: &Fields<'_>, name: &str) -> Vec<String> {
-    fields
-        .joined(name)
-        .map(|joined| {
-            joined
-                .split(',')
-                .map(str::trim)
-                .filter(|element| !element.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The smallest parsed element of `name` (for remaining counts and limits).
 pub(super) fn lowest(
     fields: &Fields<'_>,
     name: &str,
     parse: impl Fn(&str) -> Option<u64>,
 ) -> Option<u64> {
-    elements(fields, name).iter().filter_map(|e| parse(e)).min()
+    fields.elements(name).filter_map(parse).min()
 }
 
 /// The largest parsed element of `name` (for resets).
@@ -40,7 +25,7 @@ pub(super) fn latest(
     name: &str,
     parse: impl Fn(&str) -> Option<Duration>,
 ) -> Option<Duration> {
-    elements(fields, name).iter().filter_map(|e| parse(e)).max()
+    fields.elements(name).filter_map(parse).max()
 }
 
 #[cfg(test)]
@@ -67,6 +52,9 @@ mod tests {
             Some(Duration::from_secs(5))
         );
         assert_eq!(lowest(&fields, "absent", parse_integer), None);
-        assert_eq!(elements(&fields, "x-ratelimit-reset"), ["1", "5"]);
+        assert_eq!(
+            fields.elements("x-ratelimit-reset").collect::<Vec<_>>(),
+            ["1", "5"]
+        );
     }
 }

@@ -18,12 +18,53 @@ use crate::signal::{DEFAULT_SCOPE, Fields, ResponseClock, ScopeSignal, Signal};
 
 pub(super) const PROFILE: Profile = Profile {
     name: "x-ratelimit",
+    fields: &["x-ratelimit-", "x-rate-limit-"],
     read,
 };
 
+/// One spelling's fields.
+struct Family {
+    /// The spelling, which every field's name begins with.
+    name: &'static str,
+    global: &'static str,
+    scope: &'static str,
+    resource: &'static str,
+    bucket: &'static str,
+    limit: &'static str,
+    used: &'static str,
+    remaining: &'static str,
+    reset_after: &'static str,
+    reset: &'static str,
+}
+
 /// The two spellings, each read on its own; the first one present wins
 /// where they overlap.
-const FAMILIES: [&str; 2] = ["x-ratelimit", "x-rate-limit"];
+const FAMILIES: [Family; 2] = [
+    Family {
+        name: "x-ratelimit",
+        global: "x-ratelimit-global",
+        scope: "x-ratelimit-scope",
+        resource: "x-ratelimit-resource",
+        bucket: "x-ratelimit-bucket",
+        limit: "x-ratelimit-limit",
+        used: "x-ratelimit-used",
+        remaining: "x-ratelimit-remaining",
+        reset_after: "x-ratelimit-reset-after",
+        reset: "x-ratelimit-reset",
+    },
+    Family {
+        name: "x-rate-limit",
+        global: "x-rate-limit-global",
+        scope: "x-rate-limit-scope",
+        resource: "x-rate-limit-resource",
+        bucket: "x-rate-limit-bucket",
+        limit: "x-rate-limit-limit",
+        used: "x-rate-limit-used",
+        remaining: "x-rate-limit-remaining",
+        reset_after: "x-rate-limit-reset-after",
+        reset: "x-rate-limit-reset",
+    },
+];
 
 /// A reset above this many seconds is an epoch timestamp, not a delta (about
 /// 2001-09-09; no window is 31 years long). The same rule as the IETF profile's.
@@ -34,33 +75,36 @@ const EPOCH_THRESHOLD: u64 = 1_000_000_000;
 const EPOCH_MILLIS_THRESHOLD: u64 = 100_000_000_000;
 
 fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
-    for family in FAMILIES {
-        let field = |suffix: &str| format!("{family}-{suffix}");
+    for family in &FAMILIES {
+        // A spelling with no field present would report nothing.
+        if !fields.names().any(|name| name.starts_with(family.name)) {
+            continue;
+        }
         let global = fields
-            .first(&field("global"))
+            .first(family.global)
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
             || fields
-                .first(&field("scope"))
+                .first(family.scope)
                 .is_some_and(|v| v.eq_ignore_ascii_case("global"));
-        let scope = match fields.first(&field("resource")) {
+        let scope = match fields.first(family.resource) {
             Some(resource) => resource,
             None if global => DEFAULT_SCOPE,
-            None => fields.first(&field("bucket")).unwrap_or(DEFAULT_SCOPE),
+            None => fields.first(family.bucket).unwrap_or(DEFAULT_SCOPE),
         };
-        let mut report = ScopeSignal::new(scope, family);
+        let mut report = ScopeSignal::new(scope, family.name);
         // A limit may carry an early-IETF policy after it (`100, 100;w=60`).
-        report.limit = values::lowest(fields, &field("limit"), |v| {
+        report.limit = values::lowest(fields, family.limit, |v| {
             parse_count(v.split(';').next().unwrap_or(v))
         });
         // GitHub sends `-Used` too; it gives the remaining count when
         // `-Remaining` is missing (and never less than zero).
-        let used = values::lowest(fields, &field("used"), parse_count);
-        report.remaining = values::lowest(fields, &field("remaining"), parse_count)
+        let used = values::lowest(fields, family.used, parse_count);
+        report.remaining = values::lowest(fields, family.remaining, parse_count)
             .or_else(|| Some(report.limit?.saturating_sub(used?)));
         // Discord's `-Reset-After` is a delta with decimals: immune to clocks,
         // so it is preferred to the reset instant when both are present.
-        report.reset = values::latest(fields, &field("reset-after"), parse_seconds)
-            .or_else(|| values::latest(fields, &field("reset"), |v| reset(clock, v)));
+        report.reset = values::latest(fields, family.reset_after, parse_seconds)
+            .or_else(|| values::latest(fields, family.reset, |v| reset(clock, v)));
         signal.add_scope(report);
     }
 }

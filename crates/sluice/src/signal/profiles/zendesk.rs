@@ -19,6 +19,7 @@ use crate::signal::{DEFAULT_SCOPE, Fields, ResponseClock, ScopeSignal, Signal};
 
 pub(super) const PROFILE: Profile = Profile {
     name: "zendesk",
+    fields: &["zendesk-ratelimit-", "x-rate-limit"],
     read,
 };
 
@@ -46,8 +47,8 @@ fn read(fields: &Fields<'_>, _clock: &ResponseClock, signal: &mut Signal) {
     for (name, scope) in endpoints {
         // Repeated values: the one with the fewest remaining (then the
         // latest reset) binds.
-        let tightest = values::elements(fields, name)
-            .iter()
+        let tightest = fields
+            .elements(name)
             .map(|element| endpoint(scope, element))
             .filter(ScopeSignal::is_informative)
             .min_by_key(|r| (r.remaining.unwrap_or(u64::MAX), Reverse(r.reset)));
