@@ -16,21 +16,41 @@ pub(super) const PROFILE: Profile = Profile {
     read,
 };
 
-/// Each scope and the header whose reset decides its wait.
-const SCOPES: [(&str, &str); 4] = [
-    ("requests", "anthropic-ratelimit-requests-reset"),
-    ("tokens", "anthropic-ratelimit-tokens-reset"),
-    ("input-tokens", "anthropic-ratelimit-input-tokens-reset"),
-    ("output-tokens", "anthropic-ratelimit-output-tokens-reset"),
+/// Each scope with its fields: limit, remaining, and the reset that
+/// decides its wait.
+const SCOPES: [[&str; 4]; 4] = [
+    [
+        "requests",
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset",
+    ],
+    [
+        "tokens",
+        "anthropic-ratelimit-tokens-limit",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-tokens-reset",
+    ],
+    [
+        "input-tokens",
+        "anthropic-ratelimit-input-tokens-limit",
+        "anthropic-ratelimit-input-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-reset",
+    ],
+    [
+        "output-tokens",
+        "anthropic-ratelimit-output-tokens-limit",
+        "anthropic-ratelimit-output-tokens-remaining",
+        "anthropic-ratelimit-output-tokens-reset",
+    ],
 ];
 
 fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
-    for (scope, source) in SCOPES {
-        let field = |suffix: &str| format!("anthropic-ratelimit-{scope}-{suffix}");
-        let mut report = ScopeSignal::new(scope, source);
-        report.limit = values::lowest(fields, &field("limit"), parse_integer);
-        report.remaining = values::lowest(fields, &field("remaining"), parse_integer);
-        report.reset = values::latest(fields, source, |v| clock.until_rfc3339(v));
+    for [scope, limit, remaining, reset] in SCOPES {
+        let mut report = ScopeSignal::new(scope, reset);
+        report.limit = values::lowest(fields, limit, parse_integer);
+        report.remaining = values::lowest(fields, remaining, parse_integer);
+        report.reset = values::latest(fields, reset, |v| clock.until_rfc3339(v));
         signal.add_scope(report);
     }
 }

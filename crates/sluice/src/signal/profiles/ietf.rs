@@ -22,15 +22,42 @@ pub(super) const PROFILE: Profile = Profile {
 /// (about 2001-09-09; no window is 31 years long).
 const EPOCH_THRESHOLD: u64 = 1_000_000_000;
 
+/// One spelling's fields: the structured pair, then the early drafts'.
+struct Names {
+    policy: &'static str,
+    state: &'static str,
+    limit: &'static str,
+    remaining: &'static str,
+    reset: &'static str,
+}
+
+/// The plain spelling, then the `Beta-` one.
+const SPELLINGS: [Names; 2] = [
+    Names {
+        policy: "ratelimit-policy",
+        state: "ratelimit",
+        limit: "ratelimit-limit",
+        remaining: "ratelimit-remaining",
+        reset: "ratelimit-reset",
+    },
+    Names {
+        policy: "beta-ratelimit-policy",
+        state: "beta-ratelimit",
+        limit: "beta-ratelimit-limit",
+        remaining: "beta-ratelimit-remaining",
+        reset: "beta-ratelimit-reset",
+    },
+];
+
 fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
-    for prefix in ["", "beta-"] {
-        read_prefixed(fields, clock, signal, prefix);
+    for names in &SPELLINGS {
+        read_spelled(fields, clock, signal, names);
     }
 }
 
-fn read_prefixed(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal, prefix: &str) {
-    let policy = fields.joined(&format!("{prefix}ratelimit-policy"));
-    let state = fields.joined(&format!("{prefix}ratelimit"));
+fn read_spelled(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal, names: &Names) {
+    let policy = fields.joined(names.policy);
+    let state = fields.joined(names.state);
     let policies = policy.as_deref().map(structured::list).unwrap_or_default();
     let states = state.as_deref().map(structured::list).unwrap_or_default();
 
@@ -68,13 +95,11 @@ fn read_prefixed(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal
 
     // Drafts -00 to -06: separate fields for the key as a whole.
     let mut report = ScopeSignal::new(DEFAULT_SCOPE, "ratelimit-reset");
-    let limit_field = fields.first(&format!("{prefix}ratelimit-limit"));
+    let limit_field = fields.first(names.limit);
     report.limit = limit_field.and_then(leading_integer);
-    report.remaining = fields
-        .first(&format!("{prefix}ratelimit-remaining"))
-        .and_then(leading_integer);
+    report.remaining = fields.first(names.remaining).and_then(leading_integer);
     report.reset = fields
-        .first(&format!("{prefix}ratelimit-reset"))
+        .first(names.reset)
         .and_then(leading_integer)
         .and_then(|v| reset(clock, v));
     // Early drafts carried the policy inside RateLimit-Limit: `10, 10;w=1`.

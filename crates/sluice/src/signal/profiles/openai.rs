@@ -24,22 +24,29 @@ pub(super) const PROFILE: Profile = Profile {
 /// so a stated limit can be learned as a rate.
 const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Each scope and the header whose reset decides its wait.
-const SCOPES: [(&str, &str); 2] = [
-    ("requests", "x-ratelimit-reset-requests"),
-    ("tokens", "x-ratelimit-reset-tokens"),
+/// Each scope with its fields: limit, remaining, and the reset that
+/// decides its wait.
+const SCOPES: [[&str; 4]; 2] = [
+    [
+        "requests",
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    ],
+    [
+        "tokens",
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+    ],
 ];
 
 fn read(fields: &Fields<'_>, _clock: &ResponseClock, signal: &mut Signal) {
-    for (scope, source) in SCOPES {
-        let mut report = ScopeSignal::new(scope, source);
-        report.limit = values::lowest(fields, &format!("x-ratelimit-limit-{scope}"), parse_integer);
-        report.remaining = values::lowest(
-            fields,
-            &format!("x-ratelimit-remaining-{scope}"),
-            parse_integer,
-        );
-        report.reset = values::latest(fields, source, go_duration::parse);
+    for [scope, limit, remaining, reset] in SCOPES {
+        let mut report = ScopeSignal::new(scope, reset);
+        report.limit = values::lowest(fields, limit, parse_integer);
+        report.remaining = values::lowest(fields, remaining, parse_integer);
+        report.reset = values::latest(fields, reset, go_duration::parse);
         report.window = report.limit.map(|_| WINDOW);
         signal.add_scope(report);
     }
