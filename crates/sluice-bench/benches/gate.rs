@@ -124,6 +124,52 @@ fn rate_limit_headers() -> http::HeaderMap {
     headers
 }
 
+/// The fields of an answer of GitHub's REST API: its rate-limit fields
+/// among twenty that carry no signal.
+fn github_answer_headers() -> http::HeaderMap {
+    let mut headers = rate_limit_headers();
+    for (name, value) in [
+        ("server", "github.com"),
+        ("date", "Tue, 05 Mar 2024 14:00:00 GMT"),
+        ("cache-control", "private, max-age=60, s-maxage=60"),
+        ("vary", "Accept, Authorization, Cookie, X-GitHub-OTP"),
+        ("etag", "W/\"8f6b1e0c2d4a\""),
+        ("last-modified", "Tue, 05 Mar 2024 13:58:12 GMT"),
+        ("x-oauth-scopes", "repo, read:org"),
+        ("x-accepted-oauth-scopes", "repo"),
+        (
+            "github-authentication-token-expiration",
+            "2024-06-01 00:00:00 UTC",
+        ),
+        ("x-github-media-type", "github.v3; format=json"),
+        ("x-github-api-version-selected", "2022-11-28"),
+        (
+            "access-control-expose-headers",
+            "ETag, Link, Location, Retry-After",
+        ),
+        ("access-control-allow-origin", "*"),
+        (
+            "strict-transport-security",
+            "max-age=31536000; includeSubdomains; preload",
+        ),
+        ("x-frame-options", "deny"),
+        ("x-content-type-options", "nosniff"),
+        ("x-xss-protection", "0"),
+        (
+            "referrer-policy",
+            "origin-when-cross-origin, strict-origin-when-cross-origin",
+        ),
+        ("content-security-policy", "default-src 'none'"),
+        ("x-github-request-id", "C0DE:1F2E:3A4B5C:6D7E8F:65E7256C"),
+    ] {
+        headers.insert(
+            http::HeaderName::from_static(name),
+            http::HeaderValue::from_static(value),
+        );
+    }
+    headers
+}
+
 /// An API that answers every request with [`rate_limit_headers`].
 fn rate_limited_api() -> impl sluice::Executor<Payload = serde_json::Value> {
     let headers = rate_limit_headers();
@@ -207,6 +253,10 @@ fn body_signals(c: &mut Criterion) {
     let limited = rate_limit_headers();
     group.bench_function("headers with GitHub's rate-limit fields", |b| {
         b.iter(|| black_box(signal::read(status, black_box(&limited), now)))
+    });
+    let whole = github_answer_headers();
+    group.bench_function("GitHub's whole answer's headers (26 fields)", |b| {
+        b.iter(|| black_box(signal::read(status, black_box(&whole), now)))
     });
     group.finish();
 

@@ -7,10 +7,16 @@ use http::{HeaderMap, HeaderValue};
 #[derive(Debug, Clone, Copy)]
 pub struct Fields<'a> {
     headers: &'a HeaderMap,
+    /// The only fields looked through, when the reader has picked out
+    /// those that may carry a rate signal (the only ones a profile reads).
+    carriers: Option<&'a [Carrier<'a>]>,
     /// Every name a profile asked for (tests only).
     #[cfg(test)]
     asked: Option<&'a std::cell::RefCell<Vec<String>>>,
 }
+
+/// A field that may carry a rate signal: its name and its value.
+pub(crate) type Carrier<'a> = (&'a str, &'a HeaderValue);
 
 /// Whether a header named `name` (lowercase) may carry a rate signal: the
 /// name of every field a profile reads contains one of these, which a test
@@ -43,15 +49,26 @@ const MAX_VALUE_LEN: usize = 4_096;
 /// up in the map first parses and hashes it, which a measured profile of the
 /// sidecar showed to cost more than comparing it with a typical response's
 /// handful of names.
-const SCAN_UP_TO: usize = 32;
+pub(crate) const SCAN_UP_TO: usize = 32;
 
 impl<'a> Fields<'a> {
     /// Wraps a header map (its names are already case-insensitive).
     pub fn new(headers: &'a HeaderMap) -> Self {
         Fields {
             headers,
+            carriers: None,
             #[cfg(test)]
             asked: None,
+        }
+    }
+
+    /// The fields of `headers` that may carry a rate signal, `carriers`
+    /// (every one of them, in order): a look-up goes through these alone,
+    /// where a response's other fields would each be compared in vain.
+    pub(crate) fn carriers(headers: &'a HeaderMap, carriers: &'a [Carrier<'a>]) -> Self {
+        Fields {
+            carriers: Some(carriers),
+            ..Fields::new(headers)
         }
     }
 
@@ -63,6 +80,7 @@ impl<'a> Fields<'a> {
     ) -> Self {
         Fields {
             headers,
+            carriers: None,
             asked: Some(asked),
         }
     }
@@ -133,21 +151,32 @@ impl<'a> Fields<'a> {
         if let Some(asked) = self.asked {
             asked.borrow_mut().push(name.to_ascii_lowercase());
         }
-        if self.headers.len() <= SCAN_UP_TO {
-            Values::Scan(self.headers.iter(), name)
-        } else {
-            Values::Hashed(self.headers.get_all(name).iter())
+        match self.carriers {
+            Some(carriers) => Values::Carriers(carriers.iter(), name),
+            None if self.headers.len() <= SCAN_UP_TO => Values::Scan(self.headers.iter(), name),
+            None => Values::Hashed(self.headers.get_all(name).iter()),
         }
     }
 
-    /// Header names present, for profiles that match by prefix.
+    /// Header names present, for profiles that match by prefix (the
+    /// carriers' alone, when they were picked out).
     pub fn names(&self) -> impl Iterator<Item = &'a str> {
-        self.headers.keys().map(|name| name.as_str())
+        let picked = self
+            .carriers
+            .map(|carriers| carriers.iter().map(|(name, _)| *name));
+        let all = picked
+            .is_none()
+            .then(|| self.headers.keys().map(|name| name.as_str()));
+        picked
+            .into_iter()
+            .flatten()
+            .chain(all.into_iter().flatten())
     }
 }
 
 /// The values of one name: found by a scan of a small map, or by hashing.
 enum Values<'a, 'n> {
+    Carriers(std::slice::Iter<'a, Carrier<'a>>, &'n str),
     Scan(Iter<'a, HeaderValue>, &'n str),
     Hashed(ValueIter<'a, HeaderValue>),
 }
@@ -157,6 +186,9 @@ impl<'a> Iterator for Values<'a, '_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         match self {
+            Values::Carriers(fields, wanted) => fields
+                .find(|(name, _)| name.eq_ignore_ascii_case(wanted))
+                .map(|(_, value)| *value),
             Values::Scan(fields, wanted) => fields
                 .find(|(name, _)| name.as_str().eq_ignore_ascii_case(wanted))
                 .map(|(_, value)| value),
