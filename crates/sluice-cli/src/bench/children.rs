@@ -22,6 +22,11 @@ impl Server {
     /// The fake API with a limit no benchmark reaches and no rate-limit
     /// headers: the upstream whose own cost is measured, not its limit.
     pub(crate) fn unlimited_fake() -> anyhow::Result<Self> {
+        Server::unlimited_fake_with(sluice_fake::HeaderStyle::None)
+    }
+
+    /// [`Server::unlimited_fake`], answering with `headers`' rate-limit fields.
+    pub(crate) fn unlimited_fake_with(headers: sluice_fake::HeaderStyle) -> anyhow::Result<Self> {
         Server::sluice(&[
             "fake-api",
             "--listen",
@@ -29,7 +34,7 @@ impl Server {
             "--limit",
             "1000000/1s",
             "--headers",
-            "none",
+            headers.as_str(),
         ])
     }
 

@@ -42,9 +42,19 @@ pub(crate) struct Args {
     /// Connections for the highest-rate measurement.
     #[arg(long, default_value_t = 64)]
     connections: usize,
+    /// The rate-limit fields the fake API answers every request with:
+    /// none (the default), ietf, github, openai or anthropic. A real API's
+    /// fields cost the sidecar their reading; nginx passes them on unread.
+    #[arg(long, value_name = "STYLE", default_value = "none", value_parser = parse_headers)]
+    upstream_headers: sluice_fake::HeaderStyle,
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+fn parse_headers(text: &str) -> Result<sluice_fake::HeaderStyle, String> {
+    text.parse()
+        .map_err(|error: sluice_fake::ParseNameError| error.to_string())
 }
 
 /// One target's figures.
@@ -91,7 +101,7 @@ const SCRUBBED_SECRET: &str = "sk-bench-5f1e9c2a7d3b4e60";
 const TTFB_SAMPLES: usize = 21;
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let fake = Server::unlimited_fake()?;
+    let fake = Server::unlimited_fake_with(args.upstream_headers)?;
     let stream = ttfb::spawn_stream().await?;
     let dir = std::env::temp_dir().join(format!("sluice-bench-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&dir).context("creating a temporary directory")?;
