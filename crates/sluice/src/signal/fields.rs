@@ -132,7 +132,8 @@ impl<'a> Fields<'a> {
             if text.is_empty() {
                 continue;
             }
-            len += if len == 0 { 0 } else { 2 } + text.len();
+            let separator = if len == 0 { 0 } else { ", ".len() };
+            len += separator + text.len();
             if len > MAX_VALUE_LEN {
                 return None;
             }
