@@ -67,6 +67,8 @@ fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
             report.reset = reset;
             signal.add_scope(report);
         }
+        // No refusal and no timestamp: nothing to report.
+        None if reset.is_none() => {}
         None => {
             // No refusal: the reset belongs with X-RateLimit-Limit/-Remaining.
             let scope = fields

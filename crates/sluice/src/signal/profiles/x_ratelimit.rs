@@ -98,9 +98,10 @@ fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
         });
         // GitHub sends `-Used` too; it gives the remaining count when
         // `-Remaining` is missing (and never less than zero).
-        let used = values::lowest(fields, family.used, parse_count);
-        report.remaining = values::lowest(fields, family.remaining, parse_count)
-            .or_else(|| Some(report.limit?.saturating_sub(used?)));
+        report.remaining = values::lowest(fields, family.remaining, parse_count).or_else(|| {
+            let used = values::lowest(fields, family.used, parse_count)?;
+            Some(report.limit?.saturating_sub(used))
+        });
         // Discord's `-Reset-After` is a delta with decimals: immune to clocks,
         // so it is preferred to the reset instant when both are present.
         report.reset = values::latest(fields, family.reset_after, parse_seconds)
