@@ -94,12 +94,12 @@ impl<P> Call<P> {
     /// A call that names no configured tool: `label` identifies it in logs,
     /// outcomes and metrics; `route` says where it goes.
     pub fn routed(label: &str, route: Route, payload: P) -> Self {
+        // One copy of a long label: the call's name shares the requests'.
+        let label: Arc<str> = Arc::from(label);
         Call {
-            route: Some(Arc::new(Routing {
-                route,
-                label: Arc::from(label),
-            })),
-            ..Call::with_payload(label, payload)
+            tool: SmolStr::from(label.clone()),
+            route: Some(Arc::new(Routing { route, label })),
+            ..Call::with_payload("", payload)
         }
     }
 
@@ -211,5 +211,21 @@ mod tests {
         // name, however long: no call made its own.
         assert!(Arc::ptr_eq(&seen[0], &seen[1]));
         assert!(Arc::ptr_eq(&seen[2], &seen[3]));
+        // A routed call's long label is copied once, for its name and its
+        // requests alike.
+        let routed = Call::routed(
+            &label,
+            Route {
+                credential: "k".to_string(),
+                read: false,
+                idempotent: false,
+                deadline: None,
+            },
+            json!({}),
+        );
+        assert_eq!(routed.tool(), label);
+        let shared = routed.route.as_ref().unwrap();
+        assert_eq!(&*shared.label, label);
+        assert_eq!(Arc::strong_count(&shared.label), 2, "one copy, two holders");
     }
 }

@@ -170,14 +170,14 @@ fn sync<E, P>(
             }
         }
     }
-    let scope_named = |name: &str| scope_named(engine, job, primary, name, now);
+    let named = |name: &str| scope_named(engine, job, primary, name, now);
     bind_cost(primary, signal, now);
     if signal.throttled && signal.quota {
         // A quota the body named as spent: until the wait it states, else
         // for `quota_after`, when one call may look again.
         let wait = signal.wait();
         let name = wait.as_ref().and_then(|wait| wait.scope.as_deref());
-        let scope = scope_named(name.unwrap_or(signal.blamed_scope()));
+        let scope = named(name.unwrap_or(signal.blamed_scope()));
         let resets_in = wait
             .map(|wait| wait.delay)
             .filter(|delay| !delay.is_zero())
@@ -190,7 +190,7 @@ fn sync<E, P>(
         && let Some(wait) = signal.wait()
         && !wait.delay.is_zero()
     {
-        let scope = scope_named(wait.scope.as_deref().unwrap_or(signal.blamed_scope()));
+        let scope = named(wait.scope.as_deref().unwrap_or(signal.blamed_scope()));
         if micros(wait.delay) > quota_after {
             exhaust(engine, credential, &scope, wait.delay, now);
         } else {

@@ -162,16 +162,15 @@ impl<'a> Fields<'a> {
     /// Header names present, for profiles that match by prefix (the
     /// carriers' alone, when they were picked out).
     pub fn names(&self) -> impl Iterator<Item = &'a str> {
-        let picked = self
-            .carriers
-            .map(|carriers| carriers.iter().map(|(name, _)| *name));
-        let all = picked
-            .is_none()
-            .then(|| self.headers.keys().map(|name| name.as_str()));
+        let (picked, all) = match self.carriers {
+            Some(carriers) => (carriers, None),
+            None => (&[][..], Some(self.headers)),
+        };
+        let all = all.into_iter().flat_map(HeaderMap::keys);
         picked
-            .into_iter()
-            .flatten()
-            .chain(all.into_iter().flatten())
+            .iter()
+            .map(|(name, _)| *name)
+            .chain(all.map(|name| name.as_str()))
     }
 }
 
