@@ -193,7 +193,17 @@ async fn attempts<E: Executor>(
         (None, AdmittedNow::Permit { permit })
     } else {
         let mut clock = (at, now);
-        match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
+        // Boxed, as every wait below: only a call that waits pays for its
+        // state, and the fast path's future stays small (future_size.rs).
+        match Box::pin(admit(
+            engine,
+            job,
+            primary,
+            group_scope.as_deref(),
+            &mut clock,
+        ))
+        .await
+        {
             Ok(permits) => {
                 (at, now) = clock;
                 permits
@@ -207,110 +217,123 @@ async fn attempts<E: Executor>(
     // after that is theirs, reason `priority`.
     let mut outranked = false;
     loop {
-        // Step 5: a start slot, waiting inline if it is short and fits.
-        let start = if shadow {
-            reserve::shadow_start(
-                engine,
-                turn,
-                primary,
-                &scopes,
-                job,
-                &mut recorder,
-                (at, now),
-            )
-            .map(Some)
-        } else {
-            let fresh = checked.take() == Some(now);
-            reserve::start(engine, turn, primary, &scopes, job, (at, now), fresh).await
-        };
-        let start = match start {
-            Ok(Some(start)) => start,
-            Ok(None) => {
-                // A call of higher priority took the slot this one slept
-                // for: its permits go back, and it queues again behind it.
-                drop(admitted.take_permit());
-                drop(group_permit.take());
-                outranked = true;
-                let mut clock = engine.clock();
-                match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
-                    Ok(permits) => (group_permit, admitted) = permits,
-                    Err(outcome) => return outcome.outranked().into(),
-                }
-                (at, now) = clock;
-                continue;
-            }
-            Err(outcome) if outranked => return outcome.outranked().into(),
-            Err(outcome) => return outcome.into(),
-        };
-
-        // Step 6: send with the remaining deadline, at the time the start
-        // holds (the call's reading, unless the reservation waited).
-        let sent = start.at().1;
-        let spent = start.commit();
-        recorder.sent();
-        for scope in &scopes {
-            scope.record_start(sent);
-        }
-        if attempt == 0 {
-            credential.retry.record_request(sent);
-        }
-        let request = Request {
-            tool: job.name.clone(),
-            credential: credential.name.clone(),
-            payload: job.call.payload.clone(),
-            attempt,
-            timeout: Duration::from_micros(job.remaining(sent)),
-        };
-        let result = {
-            let _in_flight = primary.start_request();
-            let _group_in_flight = group_scope.as_ref().map(|scope| scope.start_request());
-            let send = std::pin::pin!(engine.executor.execute(request));
-            job.deadline.bound(send).await
-        };
-        // The second reading a call needs: when its answer came.
-        let received = engine.now();
-        let latency = Duration::from_micros(received.saturating_sub(sent));
-
-        // Step 7: learn from whatever came back.
-        let failed = match result {
-            None => {
-                observe_request(engine, job, None, latency);
-                return Outcome::timed_out(job.deadline.len(), true).into();
-            }
-            Some(Err(error)) => {
-                observe_request(engine, job, None, latency);
-                classify::transport(error, primary)
-            }
-            Some(Ok(response)) => {
-                observe_request(engine, job, Some(response.status().as_u16()), latency);
-                let learned =
-                    learn::response(engine, job, primary, &response, sent, received, latency);
-                learn::settle(job, primary, &spent, &response);
-                // An answer only this call's caller reads, who takes the
-                // outcome alone, need not be kept; one whose body still
-                // streams is kept with what it holds.
-                let kept = shared
-                    || job.keep == Keep::Response
-                    || response.extensions().get::<Streaming>().is_some();
-                let blame = || learned.blamed(engine, job, primary, received);
-                match classify::response(response, &learned.signal, blame, kept) {
-                    Ok(completion) => {
-                        if !shared {
-                            let group = group_scope
-                                .as_ref()
-                                .map(|scope| (scope, group_permit.take()));
-                            hold_while_streaming(
-                                &completion,
-                                primary,
-                                admitted.take_permit(),
-                                group,
-                            );
-                        }
-                        return completion;
+        // Steps 5 to 7 in a block of their own: nothing they borrow is held
+        // across step 8's waits, which keeps the call's future small.
+        let (failed, received) = {
+            // Step 5: a start slot, waiting inline if it is short and fits.
+            let start = if shadow {
+                reserve::shadow_start(
+                    engine,
+                    turn,
+                    primary,
+                    &scopes,
+                    job,
+                    &mut recorder,
+                    (at, now),
+                )
+                .map(Some)
+            } else {
+                let fresh = checked.take() == Some(now);
+                reserve::start(engine, turn, primary, &scopes, job, (at, now), fresh).await
+            };
+            let start = match start {
+                Ok(Some(start)) => start,
+                Ok(None) => {
+                    // A call of higher priority took the slot this one slept
+                    // for: its permits go back, and it queues again behind it.
+                    drop(admitted.take_permit());
+                    drop(group_permit.take());
+                    outranked = true;
+                    let mut clock = engine.clock();
+                    match Box::pin(admit(
+                        engine,
+                        job,
+                        primary,
+                        group_scope.as_deref(),
+                        &mut clock,
+                    ))
+                    .await
+                    {
+                        Ok(permits) => (group_permit, admitted) = permits,
+                        Err(outcome) => return outcome.outranked().into(),
                     }
-                    Err(failed) => failed,
+                    (at, now) = clock;
+                    continue;
                 }
+                Err(outcome) if outranked => return outcome.outranked().into(),
+                Err(outcome) => return outcome.into(),
+            };
+
+            // Step 6: send with the remaining deadline, at the time the start
+            // holds (the call's reading, unless the reservation waited).
+            let sent = start.at().1;
+            let spent = start.commit();
+            recorder.sent();
+            for scope in &scopes {
+                scope.record_start(sent);
             }
+            if attempt == 0 {
+                credential.retry.record_request(sent);
+            }
+            let request = Request {
+                tool: job.name.clone(),
+                credential: credential.name.clone(),
+                payload: job.call.payload.clone(),
+                attempt,
+                timeout: Duration::from_micros(job.remaining(sent)),
+            };
+            let result = {
+                let _in_flight = primary.start_request();
+                let _group_in_flight = group_scope.as_ref().map(|scope| scope.start_request());
+                let send = std::pin::pin!(engine.executor.execute(request));
+                job.deadline.bound(send).await
+            };
+            // The second reading a call needs: when its answer came.
+            let received = engine.now();
+            let latency = Duration::from_micros(received.saturating_sub(sent));
+
+            // Step 7: learn from whatever came back.
+            let failed = match result {
+                None => {
+                    observe_request(engine, job, None, latency);
+                    return Outcome::timed_out(job.deadline.len(), true).into();
+                }
+                Some(Err(error)) => {
+                    observe_request(engine, job, None, latency);
+                    classify::transport(error, primary)
+                }
+                Some(Ok(response)) => {
+                    observe_request(engine, job, Some(response.status().as_u16()), latency);
+                    let learned =
+                        learn::response(engine, job, primary, &response, sent, received, latency);
+                    learn::settle(job, primary, &spent, &response);
+                    // An answer only this call's caller reads, who takes the
+                    // outcome alone, need not be kept; one whose body still
+                    // streams is kept with what it holds.
+                    let kept = shared
+                        || job.keep == Keep::Response
+                        || response.extensions().get::<Streaming>().is_some();
+                    let blame = || learned.blamed(engine, job, primary, received);
+                    match classify::response(response, &learned.signal, blame, kept) {
+                        Ok(completion) => {
+                            if !shared {
+                                let group = group_scope
+                                    .as_ref()
+                                    .map(|scope| (scope, group_permit.take()));
+                                hold_while_streaming(
+                                    &completion,
+                                    primary,
+                                    admitted.take_permit(),
+                                    group,
+                                );
+                            }
+                            return completion;
+                        }
+                        Err(failed) => failed,
+                    }
+                }
+            };
+            (failed, received)
         };
 
         // Step 8: retry, or surface what happened. Shadow mode makes one
@@ -342,10 +365,7 @@ async fn attempts<E: Executor>(
             // Fewer at once: the retry waits for a permit under the
             // lowered cap, as a new call would.
             drop(admitted.take_permit());
-            match primary
-                .admit(now, at, &job.deadline, job.ask.priority)
-                .await
-            {
+            match Box::pin(primary.admit(now, at, &job.deadline, job.ask.priority)).await {
                 Ok(permit) => {
                     if permit.queued {
                         (at, now) = engine.clock();
