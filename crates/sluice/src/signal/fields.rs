@@ -2,6 +2,7 @@
 
 use http::header::{Iter, ValueIter};
 use http::{HeaderMap, HeaderValue};
+use smallvec::SmallVec;
 
 /// The response's headers as the profiles read them.
 #[derive(Debug, Clone, Copy)]
@@ -94,51 +95,41 @@ impl<'a> Fields<'a> {
     /// Every value of `name` joined with `", "`, as RFC 9110 §5.3 combines
     /// repeated fields; `None` when absent or not text.
     pub fn joined(&self, name: &str) -> Option<String> {
-        let mut out = String::new();
-        for value in self.values(name) {
-            let text = value.to_str().ok()?.trim();
-            if text.is_empty() {
-                continue;
-            }
-            if !out.is_empty() {
-                out.push_str(", ");
-            }
-            out.push_str(text);
-            if out.len() > MAX_VALUE_LEN {
-                return None;
-            }
-        }
-        (!out.is_empty()).then_some(out)
+        let texts = self.texts(name)?;
+        (!texts.is_empty()).then(|| texts.join(", "))
     }
 
     /// Every comma-separated element of every value of `name`, trimmed and
     /// non-empty: the elements of [`Fields::joined`]'s text, without
     /// joining it (none when it would be `None`).
-    pub fn elements<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a str> + use<'a, 'n> {
-        let readable = self.joined_len(name).is_some();
-        self.values(name)
-            .take_while(move |_| readable)
-            .filter_map(|value| value.to_str().ok())
+    pub fn elements(&self, name: &str) -> impl Iterator<Item = &'a str> + use<'a> {
+        self.texts(name)
+            .unwrap_or_default()
+            .into_iter()
             .flat_map(|text| text.split(','))
             .map(str::trim)
             .filter(|element| !element.is_empty())
     }
 
-    /// The length of [`Fields::joined`]'s text, found without joining it.
-    fn joined_len(&self, name: &str) -> Option<usize> {
+    /// The non-empty values of `name`, trimmed, found in one pass over the
+    /// fields; `None` when one is not text or [`Fields::joined`]'s text
+    /// would be longer than `MAX_VALUE_LEN`.
+    fn texts(&self, name: &str) -> Option<SmallVec<[&'a str; 2]>> {
+        let mut texts = SmallVec::new();
         let mut len = 0;
         for value in self.values(name) {
             let text = value.to_str().ok()?.trim();
             if text.is_empty() {
                 continue;
             }
-            let separator = if len == 0 { 0 } else { ", ".len() };
+            let separator = if texts.is_empty() { 0 } else { ", ".len() };
             len += separator + text.len();
             if len > MAX_VALUE_LEN {
                 return None;
             }
+            texts.push(text);
         }
-        (len > 0).then_some(len)
+        Some(texts)
     }
 
     /// A non-negative integer header value (the first one).
@@ -260,6 +251,41 @@ mod tests {
         let elements: Vec<_> = fields.elements("RateLimit").collect();
         assert_eq!(elements, ["\"a\";r=1", "\"b\";r=0"]);
         assert_eq!(fields.first("RATELIMIT"), Some("\"a\";r=1"));
+    }
+
+    /// A field reads as a whole or not at all: joined longer than
+    /// `MAX_VALUE_LEN`, or with a value that is not text, it is absent to
+    /// `joined` and `elements` alike; empty values add no separator.
+    #[test]
+    fn a_field_is_read_whole_and_bounded() {
+        let field = |values: &[&[u8]]| {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append("x-ratelimit-limit", HeaderValue::from_bytes(value).unwrap());
+            }
+            headers
+        };
+        let fits = "1".repeat(MAX_VALUE_LEN - 3);
+        let headers = field(&[fits.as_bytes(), b" ", b"2"]);
+        let fields = Fields::new(&headers);
+        assert_eq!(
+            fields.joined("x-ratelimit-limit").map(|j| j.len()),
+            Some(MAX_VALUE_LEN)
+        );
+        assert_eq!(fields.elements("x-ratelimit-limit").count(), 2);
+        let over = field(&[fits.as_bytes(), b"22"]);
+        assert_eq!(Fields::new(&over).joined("x-ratelimit-limit"), None);
+        assert_eq!(Fields::new(&over).elements("x-ratelimit-limit").count(), 0);
+        let unreadable = field(&[b"5", b"caf\xc3\xa9"]);
+        assert_eq!(Fields::new(&unreadable).joined("x-ratelimit-limit"), None);
+        assert_eq!(
+            Fields::new(&unreadable)
+                .elements("x-ratelimit-limit")
+                .count(),
+            0
+        );
+        let empty = field(&[b" ", b""]);
+        assert_eq!(Fields::new(&empty).joined("x-ratelimit-limit"), None);
     }
 
     #[test]
