@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark and regenerates BENCHMARKS.md from what they print.
-#   scripts/bench.sh            # about 15 minutes on 2 cores
+#   scripts/bench.sh            # about 25 minutes on 2 cores
 # Needs redis-server and nginx on PATH (apt-get install redis-server nginx-light).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,8 @@ step "scenarios: every strategy on every scenario"
 
 step "sidecar overhead, next to nginx"
 "$bin" bench overhead --json > "$out/overhead.json"
+step "sidecar overhead, every answer carrying GitHub's rate-limit fields"
+"$bin" bench overhead --upstream-headers github --json > "$out/overhead-github.json"
 
 step "sluice mcp --listen next to the MCP server directly"
 "$bin" bench mcp --json > "$out/mcp.json"

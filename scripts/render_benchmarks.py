@@ -140,6 +140,9 @@ allocated = (re.search(r"allocated per idle scope: (\d+) bytes in ([\d.]+) block
              if os.path.exists(os.path.join(results, "memory.txt")) else None)
 scenarios = json.loads(read("scenarios.json"))
 overhead = json.loads(read("overhead.json"))
+# The same bench with GitHub's rate-limit fields on every upstream answer, when the run had it.
+overhead_github = (json.loads(read("overhead-github.json"))
+                   if os.path.exists(os.path.join(results, "overhead-github.json")) else None)
 shared = json.loads(read("shared.json"))
 # python/bench/compare.py's figures, when the run had the Python package.
 python = json.loads(read("python.json")) if os.path.exists(os.path.join(results, "python.json")) else None
@@ -315,11 +318,9 @@ w("`sluice bench overhead --json` — the servers in their own processes: the fa
 w("")
 direct = overhead[0] if overhead else None
 nginx = next((o for o in overhead if o["target"].startswith("nginx")), None)
-w("| target | p50 | p99 | p99 of each round | added p50 | added p99 | CPU per request | highest rate | of each round | vs nginx | first byte of a stream | added |")
-w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
-def versus_nginx(o):
+def versus_nginx(o, nginx=nginx):
     """The median of each round's rate against nginx's (the bench's own figure), or, from a bench
     run before rounds measured rates, the ratio of the two rates."""
     if o.get("max_rate_vs_nginx") is not None:
@@ -327,18 +328,27 @@ def versus_nginx(o):
     return o["max_rate"] / nginx["max_rate"] if nginx else None
 
 
-for o in overhead:
-    a50 = (o["p50_us"] - direct["p50_us"]) / 1000 if direct else 0
-    a99 = (o["p99_us"] - direct["p99_us"]) / 1000 if direct else 0
-    vs = f"{versus_nginx(o):.2f}" if versus_nginx(o) is not None else "-"
-    rounds = ", ".join(f"{us / 1000:.2f}" for us in o.get("p99_rounds_us", []))
-    rates = ", ".join(f"{rate:.0f}" for rate in o.get("max_rate_rounds", [])) or "-"
-    cpu = f"{o['cpu_us_per_request']:.0f} µs" if o.get("cpu_us_per_request") is not None else "-"
-    ttfb = f"{o['ttfb_us'] / 1000:.2f} ms" if o.get("ttfb_us") is not None else "-"
-    tadd = (f"{(o['ttfb_us'] - direct['ttfb_us']) / 1000:+.2f} ms"
-            if o.get("ttfb_us") is not None and direct and direct.get("ttfb_us") is not None else "-")
-    w(f"| {o['target']} | {o['p50_us'] / 1000:.2f} ms | {o['p99_us'] / 1000:.2f} ms | {rounds} | "
-      f"{a50:+.2f} ms | {a99:+.2f} ms | {cpu} | {o['max_rate']:.0f}/s | {rates} | {vs} | {ttfb} | {tadd} |")
+def overhead_table(rows):
+    """One overhead run's rows: the first is the upstream directly, the others are measured against it."""
+    direct = rows[0] if rows else None
+    nginx = next((o for o in rows if o["target"].startswith("nginx")), None)
+    w("| target | p50 | p99 | p99 of each round | added p50 | added p99 | CPU per request | highest rate | of each round | vs nginx | first byte of a stream | added |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for o in rows:
+        a50 = (o["p50_us"] - direct["p50_us"]) / 1000
+        a99 = (o["p99_us"] - direct["p99_us"]) / 1000
+        vs = f"{versus_nginx(o, nginx):.2f}" if versus_nginx(o, nginx) is not None else "-"
+        rounds = ", ".join(f"{us / 1000:.2f}" for us in o.get("p99_rounds_us", []))
+        rates = ", ".join(f"{rate:.0f}" for rate in o.get("max_rate_rounds", [])) or "-"
+        cpu = f"{o['cpu_us_per_request']:.0f} µs" if o.get("cpu_us_per_request") is not None else "-"
+        ttfb = f"{o['ttfb_us'] / 1000:.2f} ms" if o.get("ttfb_us") is not None else "-"
+        tadd = (f"{(o['ttfb_us'] - direct['ttfb_us']) / 1000:+.2f} ms"
+                if o.get("ttfb_us") is not None and direct.get("ttfb_us") is not None else "-")
+        w(f"| {o['target']} | {o['p50_us'] / 1000:.2f} ms | {o['p99_us'] / 1000:.2f} ms | {rounds} | "
+          f"{a50:+.2f} ms | {a99:+.2f} ms | {cpu} | {o['max_rate']:.0f}/s | {rates} | {vs} | {ttfb} | {tadd} |")
+
+
+overhead_table(overhead)
 w(f"\nFixed rate: {overhead[0]['rate'] if overhead else '?'} requests per second. The first byte of a "
   "stream: the median time from a request to the first body byte of an event stream whose events "
   "come 100 ms apart (the upstream directly on the first row, through each sidecar below).")
@@ -350,6 +360,21 @@ if plain and scrubbed and plain.get("cpu_us_per_request") and scrubbed.get("cpu_
       f"({extra / plain['cpu_us_per_request'] * 100:+.0f}%) and {(scrubbed['p50_us'] - plain['p50_us']) / 1000:+.2f} ms "
       "at p50; with no secret configured the scrubber is not installed.")
 w("")
+if overhead_github:
+    w("### With GitHub's rate-limit fields on every answer")
+    w("")
+    w("`sluice bench overhead --upstream-headers github --json` — the same bench, the fake API "
+      "answering every request with GitHub's five `X-RateLimit-*` fields, as GitHub, OpenAI and "
+      "Anthropic answer every request: the sidecar reads them on every answer (nginx passes them "
+      "on). The goals above are judged on the run without them.")
+    w("")
+    overhead_table(overhead_github)
+    sluice_row = next((o for o in overhead_github if o["target"] == "sluice serve proxy"), None)
+    nginx_row = next((o for o in overhead_github if o["target"].startswith("nginx")), None)
+    if sluice_row and nginx_row and sluice_row.get("cpu_us_per_request") and nginx_row.get("cpu_us_per_request"):
+        w(f"\nCPU per request against nginx's with the fields: "
+          f"{sluice_row['cpu_us_per_request'] / nginx_row['cpu_us_per_request']:.2f}x.")
+    w("")
 
 # MCP over Streamable HTTP
 if os.path.exists(os.path.join(results, "mcp.json")):
