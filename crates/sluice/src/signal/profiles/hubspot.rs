@@ -27,22 +27,23 @@ const PREFIX: &str = "x-hubspot-ratelimit";
 const LATEST_MIDNIGHT_OFFSET_S: i64 = -12 * 3_600;
 
 fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
-    let count = |suffix: &str| {
-        fields
-            .first(&format!("{PREFIX}-{suffix}"))
-            .and_then(parse_count)
-    };
+    let count = |name: &str| fields.first(name).and_then(parse_count);
     // An interval past MAX_DELAY is absurd: ignored, as every wait is.
-    let interval = count("interval-milliseconds")
+    let interval = count("x-hubspot-ratelimit-interval-milliseconds")
         .filter(|ms| *ms > 0)
         .map(Duration::from_millis)
         .filter(|interval| *interval <= MAX_DELAY);
     let windows = [
-        (DEFAULT_SCOPE, "max", "remaining", interval),
+        (
+            DEFAULT_SCOPE,
+            "x-hubspot-ratelimit-max",
+            "x-hubspot-ratelimit-remaining",
+            interval,
+        ),
         (
             "secondly",
-            "secondly",
-            "secondly-remaining",
+            "x-hubspot-ratelimit-secondly",
+            "x-hubspot-ratelimit-secondly-remaining",
             Some(Duration::from_secs(1)),
         ),
     ];
@@ -58,8 +59,8 @@ fn read(fields: &Fields<'_>, clock: &ResponseClock, signal: &mut Signal) {
         signal.add_scope(report);
     }
     let mut daily = ScopeSignal::new("daily", PREFIX);
-    daily.limit = count("daily");
-    daily.remaining = count("daily-remaining");
+    daily.limit = count("x-hubspot-ratelimit-daily");
+    daily.remaining = count("x-hubspot-ratelimit-daily-remaining");
     if daily.remaining.is_some() {
         daily.window = Some(Duration::from_secs(86_400));
     }
