@@ -1,5 +1,7 @@
 //! Steps 1 to 9 of DESIGN.md for one call, in order; each step's rules live in the file it calls.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -193,17 +195,7 @@ async fn attempts<E: Executor>(
         (None, AdmittedNow::Permit { permit })
     } else {
         let mut clock = (at, now);
-        // Boxed, as every wait below: only a call that waits pays for its
-        // state, and the fast path's future stays small (future_size.rs).
-        match Box::pin(admit(
-            engine,
-            job,
-            primary,
-            group_scope.as_deref(),
-            &mut clock,
-        ))
-        .await
-        {
+        match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
             Ok(permits) => {
                 (at, now) = clock;
                 permits
@@ -245,15 +237,7 @@ async fn attempts<E: Executor>(
                     drop(group_permit.take());
                     outranked = true;
                     let mut clock = engine.clock();
-                    match Box::pin(admit(
-                        engine,
-                        job,
-                        primary,
-                        group_scope.as_deref(),
-                        &mut clock,
-                    ))
-                    .await
-                    {
+                    match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
                         Ok(permits) => (group_permit, admitted) = permits,
                         Err(outcome) => return outcome.outranked().into(),
                     }
@@ -365,6 +349,7 @@ async fn attempts<E: Executor>(
             // Fewer at once: the retry waits for a permit under the
             // lowered cap, as a new call would.
             drop(admitted.take_permit());
+            // Boxed, as `admit`'s queues: only a retry pays for its wait.
             match Box::pin(primary.admit(now, at, &job.deadline, job.ask.priority)).await {
                 Ok(permit) => {
                     if permit.queued {
@@ -393,13 +378,31 @@ async fn attempts<E: Executor>(
 /// of the credential out takes the slot of one waiting call it outranks,
 /// which gives its permit back and queues again behind it. `clock` is the
 /// call's reading, read again after a wait in a queue.
-async fn admit<'s, E: Executor>(
+///
+/// Boxed: only a call that queues pays for the queue's state, and the
+/// fast path's future stays small (`future_size.rs`).
+fn admit<'s, E: Executor>(
     engine: &Engine<E>,
     job: &Job<'_, E::Payload>,
     primary: &'s Scope,
     group: Option<&'s Scope>,
     clock: &mut (Instant, Micros),
-) -> Result<(Option<Permit<'s>>, AdmittedNow<'s>), Outcome> {
+) -> Pin<Box<impl Future<Output = Admitted<'s>>>> {
+    Box::pin(queue(engine, job, primary, group, clock))
+}
+
+/// What [`admit`] gives a call: the group's permit, if it has a group,
+/// and the credential's; or the outcome that refused it.
+type Admitted<'s> = Result<(Option<Permit<'s>>, AdmittedNow<'s>), Outcome>;
+
+/// [`admit`]'s steps.
+async fn queue<'s, E: Executor>(
+    engine: &Engine<E>,
+    job: &Job<'_, E::Payload>,
+    primary: &'s Scope,
+    group: Option<&'s Scope>,
+    clock: &mut (Instant, Micros),
+) -> Admitted<'s> {
     let priority = job.ask.priority;
     let group_permit = match group {
         Some(scope) => {
