@@ -88,7 +88,7 @@ impl<'a> Fields<'a> {
 
     /// The first value of `name` as trimmed text, if it is visible ASCII.
     pub fn first(&self, name: &str) -> Option<&'a str> {
-        let value = self.values(name).next()?.to_str().ok()?.trim();
+        let value = self.values(name).next()?.to_str().ok()?.trim_ascii();
         (!value.is_empty() && value.len() <= MAX_VALUE_LEN).then_some(value)
     }
 
@@ -107,7 +107,7 @@ impl<'a> Fields<'a> {
             .unwrap_or_default()
             .into_iter()
             .flat_map(|text| text.split(','))
-            .map(str::trim)
+            .map(str::trim_ascii)
             .filter(|element| !element.is_empty())
     }
 
@@ -118,7 +118,7 @@ impl<'a> Fields<'a> {
         let mut texts = SmallVec::new();
         let mut len = 0;
         for value in self.values(name) {
-            let text = value.to_str().ok()?.trim();
+            let text = value.to_str().ok()?.trim_ascii();
             if text.is_empty() {
                 continue;
             }
@@ -190,7 +190,7 @@ impl<'a> Iterator for Values<'a, '_> {
 
 /// A non-negative decimal integer of at most 19 digits; anything else is ignored.
 pub(crate) fn parse_integer(text: &str) -> Option<u64> {
-    let text = text.trim();
+    let text = text.trim_ascii();
     let text = text.strip_prefix('+').unwrap_or(text);
     if text.is_empty() || text.len() > 19 || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -202,7 +202,7 @@ pub(crate) fn parse_integer(text: &str) -> Option<u64> {
 /// (`"0.0"`, `"41.5"`), rounded down (a fraction of a request is not one
 /// that may be sent).
 pub(crate) fn parse_count(text: &str) -> Option<u64> {
-    let text = text.trim();
+    let text = text.trim_ascii();
     match text.split_once('.') {
         Some((whole, fraction))
             if !whole.is_empty() && fraction.bytes().all(|b| b.is_ascii_digit()) =>
@@ -232,6 +232,8 @@ mod tests {
     #[test]
     fn integers_are_plain_and_bounded() {
         assert_eq!(parse_integer(" 42 "), Some(42));
+        // A header value's whitespace is ASCII: spaces and tabs.
+        assert_eq!(parse_integer("\t42 \t"), Some(42));
         assert_eq!(parse_integer("-1"), None);
         assert_eq!(parse_integer("1.5"), None);
         assert_eq!(
