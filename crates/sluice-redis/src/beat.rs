@@ -6,7 +6,7 @@
 //! and once Redis answers again it asks, once, whether the name from
 //! before the spell is still in the set (removing it). If it is, this is
 //! the Redis that held the process's shared starts before the spell: its
-//! logs still hold them, the local starts are being written back, and
+//! logs still hold them, and once the local starts are written back too
 //! the spell need not bind. If not, Redis may have lost its logs
 //! (restarted empty, or the process was away past its heartbeat), and
 //! the spell binds as before: a shared start must also fit the local
@@ -38,6 +38,9 @@ pub(crate) struct Beat {
     /// A check found the name gone: the spell binds until it is over, also
     /// if a later check (of a name beaten after the loss) finds its own.
     lost: bool,
+    /// A check found the name and none lost it: the spell ends once Redis
+    /// holds this process's local starts too.
+    kept: bool,
 }
 
 /// The heartbeat name of `process` in `epoch`.
@@ -58,6 +61,7 @@ impl Beat {
     /// A spell begins: unless a check is already owed, beat under a new
     /// name from now on and owe a check of the old one.
     pub(crate) fn fall_back(&mut self) {
+        self.kept = false;
         if self.before.is_none() {
             self.before = Some(self.epoch);
             self.epoch += 1;
@@ -92,7 +96,14 @@ impl Beat {
         self.retry_at = None;
         self.before = None;
         self.lost |= !kept;
-        kept && !self.lost
+        self.kept = kept && !self.lost;
+        self.kept
+    }
+
+    /// The last check found Redis kept its state (and none found it lost
+    /// since the spell began), and no spell began after it.
+    pub(crate) fn kept(&self) -> bool {
+        self.kept
     }
 
     /// No spell binds any more: nothing is owed, and the next spell starts
@@ -100,6 +111,7 @@ impl Beat {
     pub(crate) fn settled(&mut self) {
         self.before = None;
         self.lost = false;
+        self.kept = false;
         self.retry_at = None;
     }
 }
@@ -126,11 +138,18 @@ mod tests {
         assert!(beat.owes(now + RETRY));
         assert_eq!(beat.ask("p").as_deref(), Some("p"));
         assert!(beat.answered(Some(true), now));
+        assert!(beat.kept());
         assert_eq!(beat.ask("p"), None, "answered");
-        beat.settled();
+        // Falling back again before the spell ended: a new check decides.
         beat.fall_back();
-        assert_eq!(beat.name("p"), "p~2");
-        assert_eq!(beat.ask("p").as_deref(), Some("p~1"));
+        assert!(!beat.kept());
+        assert!(beat.owes(now));
+        assert!(beat.answered(Some(true), now));
+        beat.settled();
+        assert!(!beat.kept());
+        beat.fall_back();
+        assert_eq!(beat.name("p"), "p~3");
+        assert_eq!(beat.ask("p").as_deref(), Some("p~2"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::fallback::Fallback;
 use crate::holds::{Holds, Kind};
 use crate::keys::part;
 use crate::lease::{Pool, Waiting};
+use crate::worker::Unwritten;
 
 /// Where a credential's decisions are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -56,6 +57,9 @@ pub(crate) struct Cred {
     /// A fallback spell began and may still bind: calls look at it (under
     /// the lock) only while this is set.
     pub(crate) spell: AtomicBool,
+    /// Local starts the worker has not written to Redis's log yet: a spell
+    /// does not end before they are there.
+    pub(crate) unwritten: Unwritten,
 }
 
 pub(crate) struct CredState {
@@ -108,6 +112,7 @@ impl Cred {
             held: Notify::new(),
             waiting: Waiting::default(),
             spell: AtomicBool::new(false),
+            unwritten: Unwritten::default(),
         }
     }
 

@@ -650,3 +650,69 @@ async fn a_busy_process_on_several_windows_goes_on_at_redis_pace_too() {
     let key = CredentialKeys::new("sluice", "busy").budget(&part("api_key"), 0);
     busy_across_a_pause(&windows, &key).await;
 }
+
+/// A process alone on a key makes local starts while Redis is paused,
+/// and Redis, back, kept its log: the spell may end, but only once Redis
+/// holds the local starts too. Calls in bursts from the moment the pause
+/// ends (leases on, as by default): one probes and asks whether Redis
+/// kept its state, the others wait for it, then all ask Redis at once,
+/// beside the worker writing the local starts back. They start what the
+/// window has room for, not that plus the local starts again (before the
+/// spell waited for the write, Redis granted beside it, and the process
+/// started 13 or 14 in the window of 12 in each of seven runs). On one limit, or
+/// on two windows (the several-window path) when `windows` is given.
+async fn local_starts_first(windows: &[SharedWindow]) {
+    let redis = RedisServer::start();
+    let limit = window("12/10s");
+    let a = budget(redis_config(&redis.url())).await;
+    let windows: Arc<[SharedWindow]> = windows.into();
+    let call = |a: &Arc<RedisBudget>| {
+        let (a, windows) = (a.clone(), windows.clone());
+        tokio::spawn(async move {
+            let mut call = request("alone", limit);
+            call.windows = &windows;
+            granted(&a.reserve(call).await)
+        })
+    };
+    assert!(call(&a).await.unwrap());
+    let paused = redis.pause(0.4);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Local starts: the first call times out into the fallback.
+    let mut local = 0;
+    for _ in 0..5 {
+        local += usize::from(call(&a).await.unwrap());
+    }
+    assert_eq!(local, 5, "{:?}", a.status());
+    paused.join().unwrap();
+    let mut after = 0;
+    let until = Instant::now() + Duration::from_millis(2_000);
+    while Instant::now() < until {
+        let burst: Vec<_> = (0..6).map(|_| call(&a)).collect();
+        for started in burst {
+            after += usize::from(started.await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = a.status();
+    assert_eq!(status.credentials[0].mode, sluice_redis::Mode::Shared);
+    // One shared start before the pause, five local ones: at most six
+    // more in this window of ten seconds, locally or in Redis.
+    assert!(
+        1 + local + after <= 12,
+        "{after} started after the pause: {status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_starts_reach_redis_before_it_decides_alone_again() {
+    local_starts_first(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_spends_on_several_windows_reach_redis_first_too() {
+    local_starts_first(&[
+        window_of(None, 0, "12/10s", 1),
+        window_of(None, 1, "1000/100s", 1),
+    ])
+    .await;
+}

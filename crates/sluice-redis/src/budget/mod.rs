@@ -263,9 +263,12 @@ impl RedisBudget {
                     // Redis's log does not hold a local start: the worker
                     // adds it, so that the other processes count it too.
                     if let Some(limit) = request.limit {
-                        self.inner
-                            .jobs
-                            .record(request.credential, first, limit, started);
+                        self.inner.jobs.record(
+                            (request.credential, &cred.unwritten),
+                            first,
+                            limit,
+                            started,
+                        );
                     }
                     return decision;
                 }
@@ -400,9 +403,12 @@ impl RedisBudget {
                 // every budget in Redis, so that the other processes count it.
                 if let Some((at, spend)) = started {
                     let budgets = windows::budgets(request.windows);
-                    self.inner
-                        .jobs
-                        .record_spend(request.credential, budgets, spend, at);
+                    self.inner.jobs.record_spend(
+                        (request.credential, &cred.unwritten),
+                        budgets,
+                        spend,
+                        at,
+                    );
                 }
                 return decision;
             }

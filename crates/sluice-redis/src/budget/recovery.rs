@@ -17,11 +17,11 @@ impl RedisBudget {
     /// Back from a spell of local decisions, asks once Redis may be asked
     /// whether it kept its state: the name this process beat under before
     /// the spell is still in the credential's heartbeat set. If so the
-    /// spell ends, and Redis alone decides again: its logs hold the shared
-    /// starts, and the local ones are written back (`crate::beat`). Until
-    /// then, or if not, the spell binds. The call that asks waits for the
-    /// answer (at most the command timeout, and while Redis does not
-    /// answer, one call a second).
+    /// spell ends once the worker has written the local starts back, and
+    /// Redis alone decides again: its logs hold the shared starts and the
+    /// local ones (`crate::beat`). Until then, or if not, the spell binds.
+    /// The call that asks waits for the answer (at most the command
+    /// timeout, and while Redis does not answer, one call a second).
     pub(super) async fn confirm_spell(&self, cred: &Cred) {
         // Set (under the lock) when a spell begins: until then a call in
         // shared mode pays one load here.
@@ -33,6 +33,10 @@ impl RedisBudget {
             if !state.fallback.spell.active() && !state.fallback.spends.spell.active() {
                 state.beat.settled();
                 cred.spell.store(false, Ordering::Relaxed);
+                return;
+            }
+            if state.beat.kept() {
+                end_once_written(cred, &mut state);
                 return;
             }
             if !state.beat.owes(Instant::now()) {
@@ -62,10 +66,21 @@ impl RedisBudget {
         out.0 = None;
         let mut state = cred.state.lock();
         if state.beat.answered(kept, Instant::now()) {
-            tracing::debug!(credential = %cred.name, "Redis kept its state through the spell; it decides alone again");
-            state.fallback.spell.end();
-            state.fallback.spends.spell.end();
+            end_once_written(cred, &mut state);
         }
+    }
+}
+
+/// Redis kept its state through the spell: the spell ends once its log
+/// holds this process's local starts too (the worker writes them as soon
+/// as Redis answers). Before that, Redis would grant room they already
+/// took, so a shared start still fits the local cells, and a later call
+/// looks again.
+fn end_once_written(cred: &Cred, state: &mut CredState) {
+    if cred.unwritten.none() {
+        tracing::debug!(credential = %cred.name, "Redis kept its state through the spell and holds its local starts; it decides alone again");
+        state.fallback.spell.end();
+        state.fallback.spends.spell.end();
     }
 }
 

@@ -4,6 +4,8 @@
 //! several windows or units sent after them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sluice::limiter::micros;
@@ -21,15 +23,47 @@ use crate::windows::is_unit;
 /// sent spends remembered for a true-up.
 const KEPT: usize = 4_096;
 
+/// A credential's local starts not yet in Redis's log: each counts from
+/// the moment it is handed to the worker until it is written, counts
+/// nowhere any more, or is dropped (a full queue, the cap on kept starts).
+#[derive(Debug, Default)]
+pub(crate) struct Unwritten(Arc<AtomicUsize>);
+
+impl Unwritten {
+    /// Redis's log holds every local start of the credential (or none is
+    /// left to write).
+    pub(crate) fn none(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
+    }
+
+    /// One more, counted until the returned value is dropped.
+    pub(super) fn one(&self) -> Pending {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        Pending(self.0.clone())
+    }
+}
+
+/// One start counted in [`Unwritten`] while it lives.
+#[derive(Debug)]
+pub(super) struct Pending(Arc<AtomicUsize>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A start the fallback granted without Redis, to be added to the shared
 /// log so that every process counts it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub(super) struct LocalStart {
     /// Numbers the start once the worker has it (0 until then).
     pub(super) id: u64,
     pub(super) credential: String,
     pub(super) charged: Charged,
     pub(super) at: Instant,
+    /// Counts it in its credential's [`Unwritten`] until it is dropped.
+    pub(super) _pending: Pending,
 }
 
 /// What a local start charged.
@@ -354,6 +388,7 @@ mod tests {
                 },
             },
             at,
+            _pending: Unwritten::default().one(),
         }
     }
 
@@ -370,6 +405,7 @@ mod tests {
                 spend,
             },
             at,
+            _pending: Unwritten::default().one(),
         }
     }
 
@@ -450,6 +486,31 @@ mod tests {
         let s = start("key", "api_key", "10/1s", t0);
         assert!(s.counts_at(t0 + Duration::from_millis(999)));
         assert!(!s.counts_at(t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_start_is_unwritten_until_it_is_gone() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let unwritten = Unwritten::default();
+        assert!(unwritten.none());
+        let mut kept = Kept::new();
+        for at in [t0, t0 + 2 * s] {
+            kept.add(LocalStart {
+                _pending: unwritten.one(),
+                ..start("key", "api_key", "10/1s", at)
+            });
+        }
+        // Kept while Redis is away: both wait.
+        kept.prune(t0 + s / 2);
+        assert!(!unwritten.none());
+        // The first counts nowhere any more; the second still waits.
+        kept.prune(t0 + 2 * s);
+        assert!(!unwritten.none());
+        assert_eq!(kept.starts.len(), 1);
+        // Written (taken out of the kept ones and dropped), none waits.
+        drop(std::mem::take(&mut kept.starts));
+        assert!(unwritten.none());
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::store::{Clock, SlotToken};
 
 mod local;
 
+pub(crate) use local::Unwritten;
 use local::{Charged, Kept, LocalStart, TrueUp};
 
 /// Queued background jobs before new ones are dropped (a dropped refund
@@ -80,10 +81,11 @@ impl Jobs {
 
     /// Adds starts the fallback granted on `scope` of `credential`
     /// (decided at a share of `limit`) to the shared log at `limit`, now or,
-    /// while Redis is unreachable, once it answers again.
+    /// while Redis is unreachable, once it answers again; each counts in
+    /// `unwritten` until then.
     pub(crate) fn record(
         &self,
-        credential: &str,
+        (credential, unwritten): (&str, &Unwritten),
         scope: &str,
         limit: SharedLimit,
         starts: impl IntoIterator<Item = Instant>,
@@ -92,7 +94,7 @@ impl Jobs {
             scope: scope.to_owned(),
             limit,
         };
-        self.record_charged(credential, &charged, starts);
+        self.record_charged((credential, unwritten), &charged, starts);
     }
 
     /// Adds a spend the fallback granted (`spend`, its id) on several of
@@ -100,7 +102,7 @@ impl Jobs {
     /// as [`Jobs::record`] does for one limit.
     pub(crate) fn record_spend(
         &self,
-        credential: &str,
+        credential: (&str, &Unwritten),
         budgets: Vec<Budget>,
         spend: u64,
         at: Instant,
@@ -130,7 +132,7 @@ impl Jobs {
 
     fn record_charged(
         &self,
-        credential: &str,
+        (credential, unwritten): (&str, &Unwritten),
         charged: &Charged,
         starts: impl IntoIterator<Item = Instant>,
     ) {
@@ -140,6 +142,7 @@ impl Jobs {
                 credential: credential.to_owned(),
                 charged: charged.clone(),
                 at,
+                _pending: unwritten.one(),
             }));
         }
     }
