@@ -42,7 +42,7 @@ async fn a_master_failover_keeps_the_budget_and_shared_mode_comes_back() {
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            let gate = gate_with_margin(&server, RATE, Some(b.clone()), 16, i as u64);
+            let gate = gate_naming_modes(&server, RATE, b.clone(), 16, i as u64);
             tokio::spawn(drive(
                 gate,
                 ["a", "b"][i],
@@ -81,7 +81,11 @@ async fn a_master_failover_keeps_the_budget_and_shared_mode_comes_back() {
     }
     let longest_probe = prober.await.unwrap();
     let starts = starts(&server);
-    let busiest = max_in_window(&starts, 1_000.0);
+    let (busiest, busiest_at) = busiest_window(&starts, 1_000.0);
+    // Who started the busiest second's calls, and where their credential
+    // was decided; the kill and the promotion on the fake's clock.
+    let fake_origin = origin - server.api().origin();
+    let on_fake = |at: Duration| (fake_origin + at).as_secs_f64() * 1e3;
     let statuses: Vec<_> = budgets.iter().map(|b| b.status()).collect();
     let ok: usize = driven
         .iter()
@@ -93,10 +97,14 @@ async fn a_master_failover_keeps_the_budget_and_shared_mode_comes_back() {
         .sum();
     let calls: usize = driven.iter().map(|d| d.calls).sum();
     eprintln!(
-        "failover: killed node {owner} at {killed_at:?}, node {new_owner} master at {promoted_at:?}; \
-         {} starts, busiest 1 s {busiest} (R = {R}, overshoot {:.1}%); longest probe {longest_probe:?}; \
+        "failover: killed node {owner} at {:.0} ms, node {new_owner} master at {:.0} ms; \
+         {} starts, busiest 1 s {busiest} from {busiest_at:.0} ms: {:?} \
+         (R = {R}, overshoot {:.1}%); longest probe {longest_probe:?}; \
          driven {:?}; decisions {:?}",
+        on_fake(killed_at),
+        on_fake(promoted_at),
         starts.len(),
+        modes_in(&server, busiest_at, busiest_at + 1_000.0),
         (busiest as f64 / R as f64 - 1.0).max(0.0) * 100.0,
         driven
             .iter()

@@ -1,15 +1,22 @@
 //! A minimal HTTP executor for end-to-end tests against the fake API over loopback.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::Value;
 use sluice::{Executor, Request, TransportError};
 
-/// Sends `GET {base}/api/{tool}?q={args.q}` with `authorization: {key}`.
+/// Names what decided a request, read as it is sent.
+pub type Tag = Arc<dyn Fn() -> &'static str + Send + Sync>;
+
+/// Sends `GET {base}/api/{tool}?q={args.q}` with `authorization: {key}`,
+/// and `&m={tag}` when tagged.
 #[derive(Clone)]
 pub struct HttpExecutor {
     pub client: reqwest::Client,
     pub base: String,
     pub key: String,
+    pub tag: Option<Tag>,
 }
 
 impl HttpExecutor {
@@ -18,6 +25,7 @@ impl HttpExecutor {
             client: reqwest::Client::new(),
             base: base.to_owned(),
             key: key.to_owned(),
+            tag: None,
         }
     }
 }
@@ -30,7 +38,11 @@ impl Executor for HttpExecutor {
         request: Request<Value>,
     ) -> Result<http::Response<Bytes>, TransportError> {
         let q = request.payload["q"].as_str().unwrap_or_default().to_owned();
-        let url = format!("{}/api/{}?q={}", self.base, request.tool, q);
+        let mut url = format!("{}/api/{}?q={}", self.base, request.tool, q);
+        if let Some(tag) = &self.tag {
+            url.push_str("&m=");
+            url.push_str(tag());
+        }
         let response = self
             .client
             .get(url)

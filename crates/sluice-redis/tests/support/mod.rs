@@ -20,9 +20,9 @@ use sluice::{CredentialConfig, Defaults, Gate, GateConfig, ToolConfig};
 use sluice_fake::{Config, FakeApi, FakeServer, Limits, RetryAfter};
 use sluice_redis::{RedisBudget, RedisConfig};
 
-use http_executor::HttpExecutor;
+use http_executor::{HttpExecutor, Tag};
 
-pub use sluice_testkit::{RedisCluster, RedisServer, max_in_window};
+pub use sluice_testkit::{RedisCluster, RedisServer, busiest_window, max_in_window};
 
 /// A request's `late_start` as the engine sets it on the default 20 ms
 /// window margin: half of it.
@@ -69,7 +69,8 @@ pub fn gate_with_burst(
     seed: u64,
 ) -> Gate<HttpExecutor> {
     let defaults = Defaults::default();
-    build(server, rate, burst, budget, max_in_flight, seed, defaults)
+    let executor = executor(server, None);
+    build(executor, rate, burst, budget, max_in_flight, seed, defaults)
 }
 
 /// As [`gate`], with a window margin of 100 ms. The fake counts arrivals,
@@ -84,15 +85,73 @@ pub fn gate_with_margin(
     max_in_flight: u32,
     seed: u64,
 ) -> Gate<HttpExecutor> {
-    let defaults = Defaults {
+    let executor = executor(server, None);
+    build(executor, rate, None, budget, max_in_flight, seed, margin())
+}
+
+/// As [`gate_with_margin`], on `budget`, each request naming the mode its
+/// credential `key` was in as it was sent (`m=shared` or `m=fallback`):
+/// [`modes_in`] counts them.
+pub fn gate_naming_modes(
+    server: &FakeServer,
+    rate: &str,
+    budget: Arc<RedisBudget>,
+    max_in_flight: u32,
+    seed: u64,
+) -> Gate<HttpExecutor> {
+    let shared = budget.clone();
+    let tag: Tag = Arc::new(move || {
+        let status = shared.status();
+        match status.credentials.iter().find(|c| c.credential == "key") {
+            Some(c) if c.mode == sluice_redis::Mode::Fallback => "fallback",
+            _ => "shared",
+        }
+    });
+    let (executor, budget) = (executor(server, Some(tag)), Some(budget));
+    build(executor, rate, None, budget, max_in_flight, seed, margin())
+}
+
+/// Requests to `server` with the shared key, tagged when given.
+fn executor(server: &FakeServer, tag: Option<Tag>) -> HttpExecutor {
+    let mut executor = HttpExecutor::new(&server.url(), "Bearer shared-key");
+    executor.tag = tag;
+    executor
+}
+
+/// The 100 ms window margin of [`gate_with_margin`].
+fn margin() -> Defaults {
+    Defaults {
         window_margin: std::time::Duration::from_millis(100),
         ..Defaults::default()
-    };
-    build(server, rate, None, budget, max_in_flight, seed, defaults)
+    }
+}
+
+/// The admitted requests starting in `[from_ms, to_ms)`, counted by the
+/// driver that sent them (the `q` before its first `-`) and the mode
+/// [`gate_naming_modes`] named.
+pub fn modes_in(server: &FakeServer, from_ms: f64, to_ms: f64) -> Vec<((String, String), usize)> {
+    let mut counts: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    for record in server.api().requests() {
+        if record.t_ms < from_ms || record.t_ms >= to_ms {
+            continue;
+        }
+        let query = record.path.split_once('?').map_or("", |(_, q)| q);
+        let field = |name: &str| {
+            query
+                .split('&')
+                .find_map(|pair| pair.strip_prefix(name))
+                .unwrap_or("?")
+                .to_owned()
+        };
+        let q = field("q=");
+        let driver = q.split('-').next().unwrap_or("?").to_owned();
+        *counts.entry((driver, field("m="))).or_default() += 1;
+    }
+    counts.into_iter().collect()
 }
 
 fn build(
-    server: &FakeServer,
+    executor: HttpExecutor,
     rate: &str,
     burst: Option<u32>,
     budget: Option<Arc<RedisBudget>>,
@@ -111,11 +170,7 @@ fn build(
         .defaults(defaults)
         .credential("key", credential)
         .tool("search", ToolConfig::read("key"));
-    let builder = Gate::builder(
-        config,
-        HttpExecutor::new(&server.url(), "Bearer shared-key"),
-    )
-    .seed(seed);
+    let builder = Gate::builder(config, executor).seed(seed);
     let builder = match budget {
         Some(budget) => builder.shared(budget),
         None => builder,
