@@ -87,7 +87,8 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
             // cores) a request can reach it tens of ms after its slot, more
             // than the default 20 ms margin covers; the 100 ms one keeps
             // this a test of the accounting, not of the scheduler.
-            let gate = gate_with_margin(&server, RATE, Some(b.clone()), 32, i as u64);
+            // Each start names its process and mode (for the printout).
+            let gate = gate_naming_modes(&server, RATE, b.clone(), 32, i as u64);
             tokio::spawn(drive(gate, name, 16, until, Duration::from_millis(200)))
         })
         .collect();
@@ -153,12 +154,14 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
          all fell back at {fell_back_at:?}, restarted at {restarted_at:.0}"
     );
     let outage_busiest = max_in_window(&steady, 1_000.0);
-    let busiest = max_in_window(&starts, 1_000.0);
+    let (busiest, busiest_at) = busiest_window(&starts, 1_000.0);
     eprintln!(
         "kill at {killed_at:.0} ms, all in fallback at {fell_back_at:?}, restart at {restarted_at:.0}, \
          all shared again at {recovered_at:?}; {} starts during the outage (busiest 1 s: {outage_busiest}), \
-         busiest 1 s overall {busiest} (R = {R}); longest probe {longest_probe:?}; driven {:?}",
+         busiest 1 s overall {busiest} from {busiest_at:.0} ms: {:?} (R = {R}); \
+         longest probe {longest_probe:?}; driven {:?}",
         outage.len(),
+        modes_in(&server, busiest_at, busiest_at + 1_000.0),
         driven
             .iter()
             .map(|d| d.outcomes.clone())
