@@ -1,5 +1,7 @@
 //! Steps 1 to 9 of DESIGN.md for one call, in order; each step's rules live in the file it calls.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -207,110 +209,115 @@ async fn attempts<E: Executor>(
     // after that is theirs, reason `priority`.
     let mut outranked = false;
     loop {
-        // Step 5: a start slot, waiting inline if it is short and fits.
-        let start = if shadow {
-            reserve::shadow_start(
-                engine,
-                turn,
-                primary,
-                &scopes,
-                job,
-                &mut recorder,
-                (at, now),
-            )
-            .map(Some)
-        } else {
-            let fresh = checked.take() == Some(now);
-            reserve::start(engine, turn, primary, &scopes, job, (at, now), fresh).await
-        };
-        let start = match start {
-            Ok(Some(start)) => start,
-            Ok(None) => {
-                // A call of higher priority took the slot this one slept
-                // for: its permits go back, and it queues again behind it.
-                drop(admitted.take_permit());
-                drop(group_permit.take());
-                outranked = true;
-                let mut clock = engine.clock();
-                match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
-                    Ok(permits) => (group_permit, admitted) = permits,
-                    Err(outcome) => return outcome.outranked().into(),
-                }
-                (at, now) = clock;
-                continue;
-            }
-            Err(outcome) if outranked => return outcome.outranked().into(),
-            Err(outcome) => return outcome.into(),
-        };
-
-        // Step 6: send with the remaining deadline, at the time the start
-        // holds (the call's reading, unless the reservation waited).
-        let sent = start.at().1;
-        let spent = start.commit();
-        recorder.sent();
-        for scope in &scopes {
-            scope.record_start(sent);
-        }
-        if attempt == 0 {
-            credential.retry.record_request(sent);
-        }
-        let request = Request {
-            tool: job.name.clone(),
-            credential: credential.name.clone(),
-            payload: job.call.payload.clone(),
-            attempt,
-            timeout: Duration::from_micros(job.remaining(sent)),
-        };
-        let result = {
-            let _in_flight = primary.start_request();
-            let _group_in_flight = group_scope.as_ref().map(|scope| scope.start_request());
-            let send = std::pin::pin!(engine.executor.execute(request));
-            job.deadline.bound(send).await
-        };
-        // The second reading a call needs: when its answer came.
-        let received = engine.now();
-        let latency = Duration::from_micros(received.saturating_sub(sent));
-
-        // Step 7: learn from whatever came back.
-        let failed = match result {
-            None => {
-                observe_request(engine, job, None, latency);
-                return Outcome::timed_out(job.deadline.len(), true).into();
-            }
-            Some(Err(error)) => {
-                observe_request(engine, job, None, latency);
-                classify::transport(error, primary)
-            }
-            Some(Ok(response)) => {
-                observe_request(engine, job, Some(response.status().as_u16()), latency);
-                let learned =
-                    learn::response(engine, job, primary, &response, sent, received, latency);
-                learn::settle(job, primary, &spent, &response);
-                // An answer only this call's caller reads, who takes the
-                // outcome alone, need not be kept; one whose body still
-                // streams is kept with what it holds.
-                let kept = shared
-                    || job.keep == Keep::Response
-                    || response.extensions().get::<Streaming>().is_some();
-                let blame = || learned.blamed(engine, job, primary, received);
-                match classify::response(response, &learned.signal, blame, kept) {
-                    Ok(completion) => {
-                        if !shared {
-                            let group = group_scope
-                                .as_ref()
-                                .map(|scope| (scope, group_permit.take()));
-                            hold_while_streaming(
-                                &completion,
-                                primary,
-                                admitted.take_permit(),
-                                group,
-                            );
-                        }
-                        return completion;
+        // Steps 5 to 7 in a block of their own: nothing they borrow is held
+        // across step 8's waits, which keeps the call's future small.
+        let (failed, received) = {
+            // Step 5: a start slot, waiting inline if it is short and fits.
+            let start = if shadow {
+                reserve::shadow_start(
+                    engine,
+                    turn,
+                    primary,
+                    &scopes,
+                    job,
+                    &mut recorder,
+                    (at, now),
+                )
+                .map(Some)
+            } else {
+                let fresh = checked.take() == Some(now);
+                reserve::start(engine, turn, primary, &scopes, job, (at, now), fresh).await
+            };
+            let start = match start {
+                Ok(Some(start)) => start,
+                Ok(None) => {
+                    // A call of higher priority took the slot this one slept
+                    // for: its permits go back, and it queues again behind it.
+                    drop(admitted.take_permit());
+                    drop(group_permit.take());
+                    outranked = true;
+                    let mut clock = engine.clock();
+                    match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
+                        Ok(permits) => (group_permit, admitted) = permits,
+                        Err(outcome) => return outcome.outranked().into(),
                     }
-                    Err(failed) => failed,
+                    (at, now) = clock;
+                    continue;
                 }
+                Err(outcome) if outranked => return outcome.outranked().into(),
+                Err(outcome) => return outcome.into(),
+            };
+
+            // Step 6: send with the remaining deadline, at the time the start
+            // holds (the call's reading, unless the reservation waited).
+            let sent = start.at().1;
+            let spent = start.commit();
+            recorder.sent();
+            for scope in &scopes {
+                scope.record_start(sent);
             }
+            if attempt == 0 {
+                credential.retry.record_request(sent);
+            }
+            let request = Request {
+                tool: job.name.clone(),
+                credential: credential.name.clone(),
+                payload: job.call.payload.clone(),
+                attempt,
+                timeout: Duration::from_micros(job.remaining(sent)),
+            };
+            let result = {
+                let _in_flight = primary.start_request();
+                let _group_in_flight = group_scope.as_ref().map(|scope| scope.start_request());
+                let send = std::pin::pin!(engine.executor.execute(request));
+                job.deadline.bound(send).await
+            };
+            // The second reading a call needs: when its answer came.
+            let received = engine.now();
+            let latency = Duration::from_micros(received.saturating_sub(sent));
+
+            // Step 7: learn from whatever came back.
+            let failed = match result {
+                None => {
+                    observe_request(engine, job, None, latency);
+                    return Outcome::timed_out(job.deadline.len(), true).into();
+                }
+                Some(Err(error)) => {
+                    observe_request(engine, job, None, latency);
+                    classify::transport(error, primary)
+                }
+                Some(Ok(response)) => {
+                    observe_request(engine, job, Some(response.status().as_u16()), latency);
+                    let learned =
+                        learn::response(engine, job, primary, &response, sent, received, latency);
+                    learn::settle(job, primary, &spent, &response);
+                    // An answer only this call's caller reads, who takes the
+                    // outcome alone, need not be kept; one whose body still
+                    // streams is kept with what it holds.
+                    let kept = shared
+                        || job.keep == Keep::Response
+                        || response.extensions().get::<Streaming>().is_some();
+                    let blame = || learned.blamed(engine, job, primary, received);
+                    match classify::response(response, &learned.signal, blame, kept) {
+                        Ok(completion) => {
+                            if !shared {
+                                let group = group_scope
+                                    .as_ref()
+                                    .map(|scope| (scope, group_permit.take()));
+                                hold_while_streaming(
+                                    &completion,
+                                    primary,
+                                    admitted.take_permit(),
+                                    group,
+                                );
+                            }
+                            return completion;
+                        }
+                        Err(failed) => failed,
+                    }
+                }
+            };
+            (failed, received)
         };
 
         // Step 8: retry, or surface what happened. Shadow mode makes one
@@ -342,10 +349,8 @@ async fn attempts<E: Executor>(
             // Fewer at once: the retry waits for a permit under the
             // lowered cap, as a new call would.
             drop(admitted.take_permit());
-            match primary
-                .admit(now, at, &job.deadline, job.ask.priority)
-                .await
-            {
+            // Boxed, as `admit`'s queues: only a retry pays for its wait.
+            match Box::pin(primary.admit(now, at, &job.deadline, job.ask.priority)).await {
                 Ok(permit) => {
                     if permit.queued {
                         (at, now) = engine.clock();
@@ -373,13 +378,31 @@ async fn attempts<E: Executor>(
 /// of the credential out takes the slot of one waiting call it outranks,
 /// which gives its permit back and queues again behind it. `clock` is the
 /// call's reading, read again after a wait in a queue.
-async fn admit<'s, E: Executor>(
+///
+/// Boxed: only a call that queues pays for the queue's state, and the
+/// fast path's future stays small (`future_size.rs`).
+fn admit<'s, E: Executor>(
     engine: &Engine<E>,
     job: &Job<'_, E::Payload>,
     primary: &'s Scope,
     group: Option<&'s Scope>,
     clock: &mut (Instant, Micros),
-) -> Result<(Option<Permit<'s>>, AdmittedNow<'s>), Outcome> {
+) -> Pin<Box<impl Future<Output = Admitted<'s>>>> {
+    Box::pin(queue(engine, job, primary, group, clock))
+}
+
+/// What [`admit`] gives a call: the group's permit, if it has a group,
+/// and the credential's; or the outcome that refused it.
+type Admitted<'s> = Result<(Option<Permit<'s>>, AdmittedNow<'s>), Outcome>;
+
+/// [`admit`]'s steps.
+async fn queue<'s, E: Executor>(
+    engine: &Engine<E>,
+    job: &Job<'_, E::Payload>,
+    primary: &'s Scope,
+    group: Option<&'s Scope>,
+    clock: &mut (Instant, Micros),
+) -> Admitted<'s> {
     let priority = job.ask.priority;
     let group_permit = match group {
         Some(scope) => {

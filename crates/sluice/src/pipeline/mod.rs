@@ -16,6 +16,8 @@ mod classify;
 #[cfg(test)]
 mod clock_reads;
 mod driver;
+#[cfg(test)]
+mod future_size;
 mod holds;
 mod job;
 mod learn;

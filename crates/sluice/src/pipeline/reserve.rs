@@ -274,7 +274,7 @@ pub(super) async fn start<'a, E: Executor>(
             && seats.outranks(priority, start)
             && let Some(budget) = budget
             && let Some((earlier, at_earlier, granted)) =
-                outrank_shared(engine, budget, scopes, job, start, latest).await
+                Box::pin(outrank_shared(engine, budget, scopes, job, start, latest)).await
         {
             // Its own later start goes back (dropped).
             (local, start, shared) = (earlier, at_earlier, granted);
@@ -510,8 +510,12 @@ async fn acquire_from<'a, E, P>(
         None => Ok((local, start, None)),
         Some(budget) => {
             let latest = now.saturating_add(max_wait);
-            let (local, start, grant) =
-                with_shared(engine, budget, scopes, job, local, start, latest).await?;
+            // Boxed: only a shared credential's call holds the round trip's
+            // state (pipeline/future_size.rs).
+            let (local, start, grant) = Box::pin(with_shared(
+                engine, budget, scopes, job, local, start, latest,
+            ))
+            .await?;
             Ok((local, start, Some(grant)))
         }
     }
