@@ -23,16 +23,6 @@ const SLACK: Duration = Duration::from_millis(40);
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The budget's mode for credential `key`.
-fn mode(budget: &RedisBudget) -> Mode {
-    budget
-        .status()
-        .credentials
-        .iter()
-        .find(|c| c.credential == "key")
-        .map_or(Mode::Shared, |c| c.mode)
-}
-
 /// How many processes the budget has counted for credential `key`.
 fn processes_seen(budget: &RedisBudget) -> u32 {
     budget
@@ -51,7 +41,7 @@ async fn watch(
 ) -> Vec<(f64, Vec<Mode>)> {
     let mut samples = Vec::new();
     while Instant::now() < until {
-        let modes = budgets.iter().map(|b| mode(b)).collect();
+        let modes = budgets.iter().map(|b| key_mode(b)).collect();
         samples.push((origin.elapsed().as_secs_f64() * 1_000.0, modes));
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -113,7 +103,7 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
     // than a second. Keep Redis down until every process has fallen back
     // and a whole settled window has passed after that.
     let noticed_by = killed + DEADLINE + Duration::from_millis(500);
-    while !budgets.iter().all(|b| mode(b) == Mode::Fallback) && Instant::now() < noticed_by {
+    while !budgets.iter().all(|b| key_mode(b) == Mode::Fallback) && Instant::now() < noticed_by {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let all_fell_back = Instant::now();

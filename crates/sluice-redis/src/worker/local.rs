@@ -4,8 +4,6 @@
 //! several windows or units sent after them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sluice::limiter::micros;
@@ -18,40 +16,12 @@ use crate::spend::{Budget, SpendScripts};
 use crate::store::{Clock, RecordArgs};
 use crate::windows::is_unit;
 
+use super::unwritten::Pending;
+
 /// Local starts kept for recording while Redis is unreachable (the
 /// latest; those that count nowhere any more are dropped first), and
 /// sent spends remembered for a true-up.
 const KEPT: usize = 4_096;
-
-/// A credential's local starts not yet in Redis's log: each counts from
-/// the moment it is handed to the worker until it is written, counts
-/// nowhere any more, or is dropped (a full queue, the cap on kept starts).
-#[derive(Debug, Default)]
-pub(crate) struct Unwritten(Arc<AtomicUsize>);
-
-impl Unwritten {
-    /// Redis's log holds every local start of the credential (or none is
-    /// left to write).
-    pub(crate) fn none(&self) -> bool {
-        self.0.load(Ordering::Acquire) == 0
-    }
-
-    /// One more, counted until the returned value is dropped.
-    pub(super) fn one(&self) -> Pending {
-        self.0.fetch_add(1, Ordering::AcqRel);
-        Pending(self.0.clone())
-    }
-}
-
-/// One start counted in [`Unwritten`] while it lives.
-#[derive(Debug)]
-pub(super) struct Pending(Arc<AtomicUsize>);
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// A start the fallback granted without Redis, to be added to the shared
 /// log so that every process counts it.
@@ -62,7 +32,7 @@ pub(super) struct LocalStart {
     pub(super) credential: String,
     pub(super) charged: Charged,
     pub(super) at: Instant,
-    /// Counts it in its credential's [`Unwritten`] until it is dropped.
+    /// Counts it in its credential's unwritten starts until it is dropped.
     pub(super) _pending: Pending,
 }
 
@@ -375,6 +345,7 @@ fn offset(at: Instant, now: Instant) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::unwritten::Unwritten;
 
     fn start(credential: &str, scope: &str, rate: &str, at: Instant) -> LocalStart {
         LocalStart {

@@ -15,9 +15,10 @@ use crate::spend::Budget;
 use crate::store::{Clock, SlotToken};
 
 mod local;
+mod unwritten;
 
-pub(crate) use local::Unwritten;
 use local::{Charged, Kept, LocalStart, TrueUp};
+pub(crate) use unwritten::Unwritten;
 
 /// Queued background jobs before new ones are dropped (a dropped refund
 /// under-spends; a dropped block is still known locally and to Redis

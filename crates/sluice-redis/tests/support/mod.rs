@@ -100,12 +100,9 @@ pub fn gate_naming_modes(
     seed: u64,
 ) -> Gate<HttpExecutor> {
     let shared = budget.clone();
-    let tag: Tag = Arc::new(move || {
-        let status = shared.status();
-        match status.credentials.iter().find(|c| c.credential == "key") {
-            Some(c) if c.mode == sluice_redis::Mode::Fallback => "fallback",
-            _ => "shared",
-        }
+    let tag: Tag = Arc::new(move || match key_mode(&shared) {
+        sluice_redis::Mode::Fallback => "fallback",
+        sluice_redis::Mode::Shared => "shared",
     });
     let (executor, budget) = (executor(server, Some(tag)), Some(budget));
     build(executor, rate, None, budget, max_in_flight, seed, margin())
@@ -116,6 +113,16 @@ fn executor(server: &FakeServer, tag: Option<Tag>) -> HttpExecutor {
     let mut executor = HttpExecutor::new(&server.url(), "Bearer shared-key");
     executor.tag = tag;
     executor
+}
+
+/// The budget's mode for credential `key` (shared until it has decided one).
+pub fn key_mode(budget: &RedisBudget) -> sluice_redis::Mode {
+    budget
+        .status()
+        .credentials
+        .iter()
+        .find(|c| c.credential == "key")
+        .map_or(sluice_redis::Mode::Shared, |c| c.mode)
 }
 
 /// The 100 ms window margin of [`gate_with_margin`].
