@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT, HOST, USER_AGENT};
 use http::uri::{Authority, Scheme};
-use http::{HeaderName, HeaderValue, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use sluice::signal::BodySignals;
@@ -122,10 +122,15 @@ impl HttpExecutor {
         let uri = target.uri(&outbound.url).ok_or_else(|| {
             TransportError::other("refused: the request does not go to the credential's base URL")
         })?;
-        let mut headers = outbound.headers.clone();
-        // Room for the four below at once: a clone has none to spare, and
-        // growing it one insert at a time re-indexed it each time.
-        headers.reserve(4);
+        // Copied once, with room for the four below: a clone has none to
+        // spare, and growing it afterwards re-indexes every header.
+        let mut headers = HeaderMap::with_capacity(outbound.headers.len() + 4);
+        headers.extend(
+            outbound
+                .headers
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone())),
+        );
         if let Some((name, value)) = &target.auth {
             headers.insert(name.clone(), value.clone());
         }
