@@ -50,8 +50,13 @@ pub(crate) fn refusal(state: &AppState, request: &Request) -> Option<Response> {
         .then(|| too_large(max).into_response())
 }
 
-/// The request with its body capped at the limit while it is read.
+/// The request with its body capped at the limit while it is read. A
+/// request without a body (most proxied ones) is left as it is: there is
+/// nothing to cap, and the wrapper would be one more allocation.
 pub(crate) fn capped(state: &AppState, request: Request) -> Request {
+    if request.body().is_end_stream() {
+        return request;
+    }
     let limit = usize::try_from(state.inner.config.server.max_body).unwrap_or(usize::MAX);
     request.map(|body| Body::new(Limited::new(body, limit)))
 }
