@@ -56,7 +56,7 @@ pub(crate) fn body_matters(status: StatusCode, headers: &HeaderMap, mode: BodySi
 /// type, or a declared length past [`STREAM_PAST`].
 pub(crate) fn streams_at_once(headers: &HeaderMap) -> bool {
     // The media type is compared as bytes: splitting and trimming it as
-    // text cost a proxied request about 300 instructions, on every answer.
+    // text cost a proxied request about 190 instructions, on every answer.
     let stream_type = headers.get(CONTENT_TYPE).is_some_and(|value| {
         let value = value.as_bytes();
         let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
