@@ -5,7 +5,7 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 
-use crate::call::Call;
+use crate::call::{Call, Completion};
 use crate::config::{ConfigError, Defaults, GateConfig};
 use crate::engine::{Engine, TurnState};
 use crate::executor::Executor;
@@ -97,6 +97,13 @@ impl<E: Executor> Gate<E> {
         pipeline::complete(&self.engine, &turn, call, Keep::Outcome)
             .await
             .outcome
+    }
+
+    /// Runs one call in a turn of its own and keeps the upstream response
+    /// alongside the outcome, as [`Turn::complete`] does for a turn's call.
+    pub async fn complete(&self, call: Call<E::Payload>) -> Completion {
+        let turn = TurnState::single(&self.engine.defaults);
+        pipeline::complete(&self.engine, &turn, call, Keep::Response).await
     }
 
     /// Every live scope, for status pages.

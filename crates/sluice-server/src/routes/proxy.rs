@@ -132,8 +132,15 @@ async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError>
     if let Some(priority) = priority {
         call = call.priority(priority);
     }
-    let lease = inner.turn_registry.lease(turn_id.as_deref(), &inner.gate);
-    let completion = lease.turn.complete(call).await;
+    let completion = match turn_id.as_deref() {
+        Some(id) => {
+            let lease = inner.turn_registry.lease(Some(id), &inner.gate);
+            lease.turn.complete(call).await
+        }
+        // A turn nothing else can join lives in the call's future, not in
+        // an allocation of its own.
+        None => inner.gate.complete(call).await,
+    };
     Ok(respond(completion, &method))
 }
 
