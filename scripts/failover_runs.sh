@@ -8,19 +8,12 @@
 #
 #   scripts/failover_runs.sh [RUNS]
 set -euo pipefail
-runs="${1:-20}"
 cd "$(dirname "$0")/.."
-cargo test -p sluice-redis --test failover --no-run --quiet
-busiest=()
-for run in $(seq 1 "$runs"); do
-  line=$(cargo test -p sluice-redis --test failover -- --nocapture 2>&1 |
-    grep -oE 'busiest 1 s [0-9]+ from [0-9]+ ms: \[[^]]*\]' || true)
-  if [ -z "$line" ]; then
-    echo "run $run: the test failed" >&2
-    exit 1
-  fi
-  echo "run $run: $line"
-  busiest+=("$(echo "$line" | grep -oE '^busiest 1 s [0-9]+' | grep -oE '[0-9]+$')")
-done
-echo "busiest second, runs per figure:"
-printf '%s\n' "${busiest[@]}" | sort -n | uniq -c
+source scripts/repeat_runs.sh
+
+report() {
+  echo "run $1: $2"
+  figure=$(echo "$2" | grep -oE '^busiest 1 s [0-9]+' | grep -oE '[0-9]+$')
+}
+tally="busiest second"
+repeat_runs "${1:-20}" failover "" 'busiest 1 s [0-9]+ from [0-9]+ ms: \[[^]]*\]'

@@ -7,21 +7,14 @@
 #
 #   scripts/outage_runs.sh [RUNS]
 set -euo pipefail
-runs="${1:-20}"
 cd "$(dirname "$0")/.."
-cargo test -p sluice-redis --test faults --no-run --quiet
-busiest=()
-for run in $(seq 1 "$runs"); do
-  line=$(cargo test -p sluice-redis --test faults killing -- --nocapture 2>&1 |
-    grep -oE 'busiest 1 s: [0-9]+\), busiest 1 s overall [0-9]+' || true)
-  if [ -z "$line" ]; then
-    echo "run $run: the test failed" >&2
-    exit 1
-  fi
-  outage=$(echo "$line" | grep -oE 'busiest 1 s: [0-9]+' | grep -oE '[0-9]+$')
-  overall=$(echo "$line" | grep -oE 'overall [0-9]+' | grep -oE '[0-9]+$')
-  echo "run $run: busiest second $overall overall, $outage in the settled outage (limit: 60 per 1.1 s)"
-  busiest+=("$overall")
-done
-echo "busiest second overall, runs per figure:"
-printf '%s\n' "${busiest[@]}" | sort -n | uniq -c
+source scripts/repeat_runs.sh
+
+report() {
+  local outage
+  outage=$(echo "$2" | grep -oE 'busiest 1 s: [0-9]+' | grep -oE '[0-9]+$')
+  figure=$(echo "$2" | grep -oE 'overall [0-9]+' | grep -oE '[0-9]+$')
+  echo "run $1: busiest second $figure overall, $outage in the settled outage (limit: 60 per 1.1 s)"
+}
+tally="busiest second overall"
+repeat_runs "${1:-20}" faults killing 'busiest 1 s: [0-9]+\), busiest 1 s overall [0-9]+'
