@@ -57,7 +57,7 @@ fn short(duration: Duration) -> String {
     let seconds = duration.as_secs();
     let units = [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")];
     for (size, unit) in units {
-        if seconds > 0 && seconds % size == 0 && duration.subsec_nanos() == 0 {
+        if seconds > 0 && seconds.is_multiple_of(size) && duration.subsec_nanos() == 0 {
             return format!("{}{unit}", seconds / size);
         }
     }

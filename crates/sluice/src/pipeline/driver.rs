@@ -14,7 +14,7 @@ use crate::call::{Call, Completion};
 use crate::coalesce::FlightRef;
 use crate::config::Priority;
 use crate::deadline::Deadline;
-use crate::engine::{Engine, Routed, TurnState};
+use crate::engine::{Credential, Engine, Routed, TurnState};
 use crate::executor::{Executor, Payload, Request, Streaming};
 use crate::limiter::{Micros, micros};
 use crate::observe::{Event, WaitKind};
@@ -22,12 +22,45 @@ use crate::outcome::{Outcome, Reason};
 use crate::scope::{AdmittedNow, Permit, Scope, ScopeRef};
 
 /// Runs one call of `turn` to its outcome: never fails, never outlives the deadline.
+///
+/// What needs no await (a call refused before it starts, a read its turn
+/// has answered) completes here; the rest runs in a box of its own. Every
+/// caller moves the future it awaits, a copy of every byte: the steps'
+/// future is a few kilobytes, this one holds the call and a pointer.
 pub(crate) async fn complete<E: Executor>(
     engine: &Engine<E>,
     turn: &TurnState,
     call: Call<E::Payload>,
     keep: Keep,
 ) -> Completion {
+    // Bound before the await: a scrutinee matched on would be kept across it.
+    let begun = match begin(engine, turn, &call, keep) {
+        Ok(begun) => begun,
+        Err(completion) => return completion,
+    };
+    // Allocated before the steps' future is made, so it is made in place:
+    // `Box::pin` of the future copies it from the stack, every byte.
+    let slot = Box::new_uninit();
+    Box::into_pin(Box::write(slot, run(engine, turn, begun))).await
+}
+
+/// A call that must await something: its job, its read key, and the
+/// call's reading of the clock.
+struct Begun<'a, P> {
+    job: Job<'a, P>,
+    key: Option<String>,
+    started: Instant,
+    now: Micros,
+}
+
+/// The call's route, deadline and read key, at its one reading of the
+/// clock; its completion when that is all it needs.
+fn begin<'a, E: Executor>(
+    engine: &'a Engine<E>,
+    turn: &TurnState,
+    call: &'a Call<E::Payload>,
+    keep: Keep,
+) -> Result<Begun<'a, E::Payload>, Completion> {
     // The call's one reading of the clock: every step until the send reads
     // it from here, and reads again only after an await that waited.
     let started = crate::clock::now();
@@ -36,15 +69,15 @@ pub(crate) async fn complete<E: Executor>(
         route,
         credential,
         spend,
-    } = match engine.route(&call) {
+    } = match engine.route(call) {
         Ok(found) => found,
-        Err(outcome) => return finish(engine, &call, "", None, outcome.into(), started),
+        Err(outcome) => return Err(finish(engine, call, "", None, outcome.into(), started)),
     };
-    // Step 9 for any completion: counted on the scope its outcome names,
-    // else on `scope` (the credential's own, when the call holds it).
-    let conclude = |completion: Completion, scope: Option<ScopeRef>| {
-        let scope = engine.decided_on(credential, &completion.outcome, scope);
-        finish(engine, &call, &credential.name, scope, completion, started)
+    // Step 9 for a call completed here.
+    let done = |completion: Completion, scope: Option<ScopeRef>| {
+        Err(conclude(
+            engine, call, credential, scope, completion, started,
+        ))
     };
     let len = call
         .deadline
@@ -54,7 +87,7 @@ pub(crate) async fn complete<E: Executor>(
         Ok(deadline) => deadline,
         Err(error) => {
             let outcome = Outcome::error(None, format!("deadline: {error}"));
-            return conclude(outcome.into(), None);
+            return done(outcome.into(), None);
         }
     };
     // The call's reading in engine microseconds: what every step compares.
@@ -62,10 +95,10 @@ pub(crate) async fn complete<E: Executor>(
     if deadline.len().is_zero() {
         // Nothing can be sent; a cost that cannot be priced is still the
         // error it is for any call.
-        let outcome = price::ask(spend, &call)
+        let outcome = price::ask(spend, call)
             .err()
             .unwrap_or_else(|| Outcome::timed_out(deadline.len(), false));
-        return conclude(outcome.into(), None);
+        return done(outcome.into(), None);
     }
     // Step 1: coalesce reads.
     let key = if route.read {
@@ -81,14 +114,14 @@ pub(crate) async fn complete<E: Executor>(
         && call.spend.is_none()
         && let Some((completion, scope)) = turn.flights.answered(FlightRef(&call.tool, key), now)
     {
-        return conclude(completion, scope);
+        return done(completion, scope);
     }
-    let ask = match price::ask(spend, &call) {
+    let ask = match price::ask(spend, call) {
         Ok(ask) => ask,
-        Err(outcome) => return conclude(outcome.into(), None),
+        Err(outcome) => return done(outcome.into(), None),
     };
     let job = Job {
-        call: &call,
+        call,
         name,
         route,
         credential,
@@ -98,7 +131,29 @@ pub(crate) async fn complete<E: Executor>(
         ask,
         keep,
     };
-    let span = tracing::debug_span!("call", tool = %call.tool, credential = %credential.name);
+    Ok(Begun {
+        job,
+        key,
+        started,
+        now,
+    })
+}
+
+/// Steps 1 to 9 for a call [`begin`] did not complete: a read leads or
+/// joins its flight; any other call runs its steps.
+async fn run<E: Executor>(
+    engine: &Engine<E>,
+    turn: &TurnState,
+    begun: Begun<'_, E::Payload>,
+) -> Completion {
+    let Begun {
+        job,
+        key,
+        started,
+        now,
+    } = begun;
+    let call = job.call;
+    let span = tracing::debug_span!("call", tool = %call.tool, credential = %job.credential.name);
     // A call nothing joins may keep its permit while its body streams.
     let shared = key.is_some();
     let work = async {
@@ -109,14 +164,14 @@ pub(crate) async fn complete<E: Executor>(
         };
         match key {
             Some(key) => {
-                let key = (name.clone(), key);
+                let key = (job.name.clone(), key);
                 let flight = turn
                     .flights
                     .run(key, (started, now), || engine.clock(), run);
                 // A joined call keeps its own deadline.
-                match deadline.bound(std::pin::pin!(flight)).await {
+                match job.deadline.bound(std::pin::pin!(flight)).await {
                     Some(answer) => answer,
-                    None => (Outcome::timed_out(deadline.len(), true).into(), None),
+                    None => (Outcome::timed_out(job.deadline.len(), true).into(), None),
                 }
             }
             None => run((started, now)).await,
@@ -126,7 +181,22 @@ pub(crate) async fn complete<E: Executor>(
     // The credential's own scope comes back with the answer: the outcome
     // is counted on it without a second look-up.
     let (completion, primary) = work.await;
-    conclude(completion, primary)
+    conclude(engine, call, job.credential, primary, completion, started)
+}
+
+/// Step 9 for a call that has its credential: counted on the scope its
+/// outcome names, else on `scope` (the credential's own, when the call
+/// holds it).
+fn conclude<E: Executor>(
+    engine: &Engine<E>,
+    call: &Call<E::Payload>,
+    credential: &Credential,
+    scope: Option<ScopeRef>,
+    completion: Completion,
+    started: Instant,
+) -> Completion {
+    let scope = engine.decided_on(credential, &completion.outcome, scope);
+    finish(engine, call, &credential.name, scope, completion, started)
 }
 
 /// Steps 2 to 9 for a call that is not answered by its turn, from `at`
