@@ -71,12 +71,17 @@ fn begin<'a, E: Executor>(
         spend,
     } = match engine.route(call) {
         Ok(found) => found,
-        Err(outcome) => return Err(finish(engine, call, "", None, outcome.into(), started)),
+        Err(outcome) => return Err(finish(engine, call, None, None, outcome.into(), started)),
     };
     // Step 9 for a call completed here.
     let done = |completion: Completion, scope: Option<ScopeRef>| {
-        Err(conclude(
-            engine, call, credential, scope, completion, started,
+        Err(finish(
+            engine,
+            call,
+            Some(credential),
+            scope,
+            completion,
+            started,
         ))
     };
     let len = call
@@ -181,22 +186,14 @@ async fn run<E: Executor>(
     // The credential's own scope comes back with the answer: the outcome
     // is counted on it without a second look-up.
     let (completion, primary) = work.await;
-    conclude(engine, call, job.credential, primary, completion, started)
-}
-
-/// Step 9 for a call that has its credential: counted on the scope its
-/// outcome names, else on `scope` (the credential's own, when the call
-/// holds it).
-fn conclude<E: Executor>(
-    engine: &Engine<E>,
-    call: &Call<E::Payload>,
-    credential: &Credential,
-    scope: Option<ScopeRef>,
-    completion: Completion,
-    started: Instant,
-) -> Completion {
-    let scope = engine.decided_on(credential, &completion.outcome, scope);
-    finish(engine, call, &credential.name, scope, completion, started)
+    finish(
+        engine,
+        call,
+        Some(job.credential),
+        primary,
+        completion,
+        started,
+    )
 }
 
 /// Steps 2 to 9 for a call that is not answered by its turn, from `at`
@@ -527,23 +524,27 @@ fn hold_while_streaming(
     }
 }
 
-/// Step 9: the outcome is counted on its scope and reported.
+/// Step 9: the outcome is counted on the scope it names, else on `scope`
+/// (the credential's own, when the call holds it), and reported. A call
+/// that found no credential is counted on no scope.
 fn finish<E: Executor>(
     engine: &Engine<E>,
     call: &Call<E::Payload>,
-    credential: &str,
+    credential: Option<&Credential>,
     scope: Option<ScopeRef>,
     completion: Completion,
     started: Instant,
 ) -> Completion {
-    if let Some(scope) = scope {
+    if let Some(credential) = credential
+        && let Some(scope) = engine.decided_on(credential, &completion.outcome, scope)
+    {
         scope.record_outcome(&completion.outcome);
     }
     tracing::debug!(tool = %call.tool, status = completion.outcome.status(), coalesced = completion.coalesced, "outcome");
     // The clock is read for the call's time only when someone observes it.
     if engine.observed() {
         engine.observe(Event::Outcome {
-            credential,
+            credential: credential.map_or("", |credential| &credential.name),
             tool: &call.tool,
             outcome: &completion.outcome,
             coalesced: completion.coalesced,
