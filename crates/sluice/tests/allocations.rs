@@ -1,5 +1,5 @@
 //! What a call allocates (issue 18). A call that sends runs its steps in a
-//! box of a few kilobytes, made once the call is found to need them; a read
+//! box of about a kilobyte, made once the call is found to need them; a read
 //! its turn has already answered needs none of them, and allocates no such
 //! box. Counted by a global allocator that tallies every allocation of this
 //! test binary (one test, on a current-thread runtime: nothing else
@@ -41,12 +41,13 @@ async fn a_read_its_turn_answered_allocates_no_box_for_the_steps_it_skips() {
             .is_ok()
     );
 
-    // A write sends: its steps' box is among what it allocates, so the
-    // count sees a box when there is one.
+    // A write sends: its steps' box (992 bytes in a test build when this
+    // was written) is among what it allocates, 1,296 bytes, so the count
+    // sees a box when there is one.
     let call = Call::new("write", json!({"id": 1}));
     let (write, outcome) = allocated_by(gate.call(call)).await;
     assert!(outcome.is_ok(), "{outcome:?}");
-    assert!(write >= 2_048, "a write allocated {write} bytes: no box?");
+    assert!(write >= 1_024, "a write allocated {write} bytes: no box?");
 
     // The same read twice in one turn: the second is answered by the turn,
     // and allocates its key (64 bytes when this was written), not a box.
@@ -58,7 +59,7 @@ async fn a_read_its_turn_answered_allocates_no_box_for_the_steps_it_skips() {
     assert!(outcome.is_ok(), "{outcome:?}");
     assert_eq!(turn.upstream_requests(), 1, "the second read was sent");
     assert!(
-        cached < 1_024,
+        cached < 512,
         "a read its turn answered allocated {cached} bytes"
     );
 }

@@ -4,12 +4,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use futures_util::future::Either;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::job::{Job, Keep};
+use super::reserve::{self, AtOnce};
 use super::shadow::Recorder;
-use super::{classify, holds, learn, price, reserve};
+use super::{classify, holds, learn, price};
 use crate::call::{Call, Completion};
 use crate::coalesce::FlightRef;
 use crate::config::Priority;
@@ -27,40 +29,61 @@ use crate::scope::{AdmittedNow, Permit, Scope, ScopeRef};
 /// has answered) completes here; the rest runs in a box of its own. Every
 /// caller moves the future it awaits, a copy of every byte: the steps'
 /// future is a few kilobytes, this one holds the call and a pointer.
-pub(crate) async fn complete<E: Executor>(
-    engine: &Engine<E>,
-    turn: &TurnState,
+///
+/// Not an `async fn`, which would keep a second copy of the call.
+#[allow(clippy::manual_async_fn)] // its doc says why
+pub(crate) fn complete<'c, E: Executor>(
+    engine: &'c Engine<E>,
+    turn: &'c TurnState,
     call: Call<E::Payload>,
     keep: Keep,
-) -> Completion {
-    // Bound before the await: a scrutinee matched on would be kept across it.
-    let begun = match begin(engine, turn, &call, keep) {
-        Ok(begun) => begun,
-        Err(completion) => return completion,
-    };
-    // Allocated before the steps' future is made, so it is made in place:
-    // `Box::pin` of the future copies it from the stack, every byte.
-    let slot = Box::new_uninit();
-    Box::into_pin(Box::write(slot, run(engine, turn, begun))).await
+) -> impl Future<Output = Completion> + use<'c, E> {
+    async move {
+        // Each box is allocated before its future is made, so the future
+        // is made in place: `Box::pin` of a future copies it from the
+        // stack, every byte. A read's box holds its flight; any other
+        // call's holds only its steps, which keeps it in the allocator's
+        // small sizes. Made in a block, so that nothing it binds is kept
+        // across the await.
+        let steps = {
+            let (begun, key) = match begin(engine, turn, &call, keep) {
+                Ok(begun) => begun,
+                Err(completion) => return completion,
+            };
+            match key {
+                Some(key) => {
+                    let slot = Box::new_uninit();
+                    Either::Left(Box::into_pin(Box::write(
+                        slot,
+                        read(engine, turn, begun, key),
+                    )))
+                }
+                None => {
+                    let slot = Box::new_uninit();
+                    Either::Right(Box::into_pin(Box::write(slot, send(engine, turn, begun))))
+                }
+            }
+        };
+        steps.await
+    }
 }
 
-/// A call that must await something: its job, its read key, and the
-/// call's reading of the clock.
+/// A call that must await something: its job and the call's reading of
+/// the clock.
 struct Begun<'a, P> {
     job: Job<'a, P>,
-    key: Option<String>,
     started: Instant,
     now: Micros,
 }
 
-/// The call's route, deadline and read key, at its one reading of the
-/// clock; its completion when that is all it needs.
+/// The call's route, deadline and read key (for a read), at its one
+/// reading of the clock; its completion when that is all it needs.
 fn begin<'a, E: Executor>(
     engine: &'a Engine<E>,
     turn: &TurnState,
     call: &'a Call<E::Payload>,
     keep: Keep,
-) -> Result<Begun<'a, E::Payload>, Completion> {
+) -> Result<(Begun<'a, E::Payload>, Option<String>), Completion> {
     // The call's one reading of the clock: every step until the send reads
     // it from here, and reads again only after an await that waited.
     let started = crate::clock::now();
@@ -136,79 +159,116 @@ fn begin<'a, E: Executor>(
         ask,
         keep,
     };
-    Ok(Begun {
-        job,
-        key,
-        started,
-        now,
+    Ok((Begun { job, started, now }, key))
+}
+
+/// Steps 1 to 9 for a read [`begin`] did not complete: it leads its
+/// flight, or joins the one under way.
+///
+/// This and [`send`] are not `async fn`s, which would keep a copy of the
+/// call's job beside the one the future holds.
+#[allow(clippy::manual_async_fn)] // its doc says why
+fn read<'c, E: Executor>(
+    engine: &'c Engine<E>,
+    turn: &'c TurnState,
+    begun: Begun<'c, E::Payload>,
+    key: String,
+) -> impl Future<Output = Completion> {
+    async move {
+        let job = &begun.job;
+        let (started, now) = (begun.started, begun.now);
+        let work = async {
+            let run = move |(at, now)| async move {
+                let (completion, scope) = execute(engine, turn, job, true, (at, now)).await;
+                (completion, Some(scope))
+            };
+            let key = (job.name.clone(), key);
+            let flight = turn
+                .flights
+                .run(key, (started, now), || engine.clock(), run);
+            // A joined call keeps its own deadline.
+            match job.deadline.bound(std::pin::pin!(flight)).await {
+                Some(answer) => answer,
+                None => (Outcome::timed_out(job.deadline.len(), true).into(), None),
+            }
+        };
+        // The credential's own scope comes back with the answer: the
+        // outcome is counted on it without a second look-up.
+        let (completion, primary) = work.instrument(span(job)).await;
+        finish(
+            engine,
+            job.call,
+            Some(job.credential),
+            primary,
+            completion,
+            started,
+        )
+    }
+}
+
+/// Steps 2 to 9 for a call that is not a read: nothing joins it, so it
+/// may keep its permit while its body streams.
+#[allow(clippy::manual_async_fn)] // its doc says why
+fn send<'c, E: Executor>(
+    engine: &'c Engine<E>,
+    turn: &'c TurnState,
+    begun: Begun<'c, E::Payload>,
+) -> impl Future<Output = Completion> {
+    async move {
+        let job = &begun.job;
+        let (completion, primary) = execute(engine, turn, job, false, (begun.started, begun.now))
+            .instrument(span(job))
+            .await;
+        finish(
+            engine,
+            job.call,
+            Some(job.credential),
+            Some(primary),
+            completion,
+            begun.started,
+        )
+    }
+}
+
+/// The bytes of the box `call`'s steps would run in, without running
+/// them; `None` when [`begin`] completes the call.
+#[cfg(test)]
+pub(super) fn steps_size<E: Executor>(
+    engine: &Engine<E>,
+    turn: &TurnState,
+    call: &Call<E::Payload>,
+) -> Option<usize> {
+    let (begun, key) = begin(engine, turn, call, Keep::Outcome).ok()?;
+    Some(match key {
+        Some(key) => std::mem::size_of_val(&read(engine, turn, begun, key)),
+        None => std::mem::size_of_val(&send(engine, turn, begun)),
     })
 }
 
-/// Steps 1 to 9 for a call [`begin`] did not complete: a read leads or
-/// joins its flight; any other call runs its steps.
-async fn run<E: Executor>(
-    engine: &Engine<E>,
-    turn: &TurnState,
-    begun: Begun<'_, E::Payload>,
-) -> Completion {
-    let Begun {
-        job,
-        key,
-        started,
-        now,
-    } = begun;
-    let call = job.call;
-    let span = tracing::debug_span!("call", tool = %call.tool, credential = %job.credential.name);
-    // A call nothing joins may keep its permit while its body streams.
-    let shared = key.is_some();
-    let work = async {
-        let job = &job;
-        let run = move |(at, now)| async move {
-            let (completion, scope) = execute(engine, turn, job, shared, (at, now)).await;
-            (completion, Some(scope))
-        };
-        match key {
-            Some(key) => {
-                let key = (job.name.clone(), key);
-                let flight = turn
-                    .flights
-                    .run(key, (started, now), || engine.clock(), run);
-                // A joined call keeps its own deadline.
-                match job.deadline.bound(std::pin::pin!(flight)).await {
-                    Some(answer) => answer,
-                    None => (Outcome::timed_out(job.deadline.len(), true).into(), None),
-                }
-            }
-            None => run((started, now)).await,
-        }
-    }
-    .instrument(span);
-    // The credential's own scope comes back with the answer: the outcome
-    // is counted on it without a second look-up.
-    let (completion, primary) = work.await;
-    finish(
-        engine,
-        call,
-        Some(job.credential),
-        primary,
-        completion,
-        started,
-    )
+/// The span a call's steps run in.
+fn span<P>(job: &Job<'_, P>) -> tracing::Span {
+    tracing::debug_span!("call", tool = %job.call.tool, credential = %job.credential.name)
 }
 
-/// Steps 2 to 9 for a call that is not answered by its turn, from `at`
+/// Steps 2 to 8 for a call that is not answered by its turn, from `at`
 /// (the call's reading of the clock), with the credential's own scope it
 /// spent from.
-async fn execute<E: Executor>(
-    engine: &Engine<E>,
-    turn: &TurnState,
-    job: &Job<'_, E::Payload>,
+///
+/// Not an `async fn`, which would keep a copy of its arguments beside the
+/// ones its future holds.
+#[allow(clippy::manual_async_fn)] // its doc says why
+fn execute<'e, E: Executor>(
+    engine: &'e Engine<E>,
+    turn: &'e TurnState,
+    job: &'e Job<'_, E::Payload>,
     shared: bool,
     (at, now): (Instant, Micros),
-) -> (Completion, ScopeRef) {
-    let primary = engine.primary(job.credential, now);
-    let completion = attempts(engine, turn, job, shared, &primary, (at, now)).await;
-    (completion, primary)
+) -> impl Future<Output = (Completion, ScopeRef)> {
+    async move {
+        let primary = engine.primary(job.credential, now);
+        let completion = attempts(engine, turn, job, shared, &primary, (at, now)).await;
+        (completion, primary)
+    }
 }
 
 /// [`execute`]'s steps, on the credential's own scope `primary`.
@@ -275,50 +335,85 @@ async fn attempts<E: Executor>(
     // Whether calls of higher priority took this one's slot: a deferral
     // after that is theirs, reason `priority`.
     let mut outranked = false;
+    // Whether such a call took its slot in the last round: it queues again
+    // behind it, with its permits given back.
+    let mut requeue = false;
     loop {
+        if std::mem::take(&mut requeue) {
+            drop(admitted.take_permit());
+            drop(group_permit.take());
+            let mut clock = engine.clock();
+            match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
+                Ok(permits) => (group_permit, admitted) = permits,
+                Err(outcome) => return outcome.outranked().into(),
+            }
+            (at, now) = clock;
+        }
         // Steps 5 to 7 in a block of their own: nothing they borrow is held
         // across step 8's waits, which keeps the call's future small.
         let (failed, received) = {
             // Step 5: a start slot, waiting inline if it is short and fits.
-            let start = if shadow {
-                reserve::shadow_start(
-                    engine,
-                    turn,
-                    primary,
-                    &scopes,
-                    job,
-                    &mut recorder,
-                    (at, now),
-                )
-                .map(Some)
-            } else {
-                let fresh = checked.take() == Some(now);
-                reserve::start(engine, turn, primary, &scopes, job, (at, now), fresh).await
-            };
-            let start = match start {
-                Ok(Some(start)) => start,
-                Ok(None) => {
-                    // A call of higher priority took the slot this one slept
-                    // for: its permits go back, and it queues again behind it.
-                    drop(admitted.take_permit());
-                    drop(group_permit.take());
-                    outranked = true;
-                    let mut clock = engine.clock();
-                    match admit(engine, job, primary, group_scope.as_deref(), &mut clock).await {
-                        Ok(permits) => (group_permit, admitted) = permits,
-                        Err(outcome) => return outcome.outranked().into(),
+            let (sent, spent) = {
+                let start = if shadow {
+                    reserve::shadow_start(
+                        engine,
+                        turn,
+                        primary,
+                        &scopes,
+                        job,
+                        &mut recorder,
+                        (at, now),
+                    )
+                    .map(Some)
+                } else {
+                    let fresh = checked.take() == Some(now);
+                    match reserve::start_at_once(
+                        engine,
+                        turn,
+                        primary,
+                        &scopes,
+                        job,
+                        (at, now),
+                        fresh,
+                    ) {
+                        Ok(AtOnce::Now(start)) => Ok(Some(start)),
+                        // Boxed, as `admit`'s queues: only a call that waits
+                        // for its start, or asks a shared budget, holds the
+                        // state of doing so.
+                        Ok(AtOnce::Later(later)) => {
+                            Box::pin(reserve::start(
+                                engine,
+                                primary,
+                                &scopes,
+                                job,
+                                (at, now),
+                                later,
+                            ))
+                            .await
+                        }
+                        Err(outcome) => Err(outcome),
                     }
-                    (at, now) = clock;
-                    continue;
-                }
-                Err(outcome) if outranked => return outcome.outranked().into(),
-                Err(outcome) => return outcome.into(),
+                };
+                let start = match start {
+                    Ok(Some(start)) => start,
+                    Ok(None) => {
+                        // A call of higher priority took the slot this one
+                        // slept for. It queues again at the top of the loop,
+                        // where nothing of this round is held across the wait.
+                        outranked = true;
+                        requeue = true;
+                        continue;
+                    }
+                    Err(outcome) if outranked => return outcome.outranked().into(),
+                    Err(outcome) => return outcome.into(),
+                };
+                // The start is spent here, in its own block, so that the
+                // future holds it across no await.
+                (start.at().1, start.commit())
             };
 
             // Step 6: send with the remaining deadline, at the time the start
             // holds (the call's reading, unless the reservation waited).
-            let sent = start.at().1;
-            let spent = start.commit();
             recorder.sent();
             for scope in &scopes {
                 scope.record_start(sent);
@@ -389,30 +484,40 @@ async fn attempts<E: Executor>(
 
         // Step 8: retry, or surface what happened. Shadow mode makes one
         // attempt: a retry is sluice's own pacing, and the server's answer
-        // goes back as is (a 429 as the structured outcome).
-        if shadow {
-            return classify::give_up(engine, failed, None);
-        }
-        let may_retry = !failed.final_attempt && failed.kind.retryable(job.route.retry_safe());
-        attempt += 1;
-        if !may_retry || attempt >= engine.defaults.max_attempts {
-            return classify::give_up(engine, failed, None);
-        }
-        if !credential.retry.try_retry(received) {
-            return classify::give_up(engine, failed, Some(Reason::Budget));
-        }
-        if !failed.server_wait {
-            let backoff = engine.backoff(attempt);
-            if micros(backoff) >= job.remaining(received) {
+        // goes back as is (a 429 as the structured outcome). Decided in a
+        // block of its own: nothing of the failure is held across the
+        // waits below.
+        let (concurrency, backoff) = {
+            if shadow {
                 return classify::give_up(engine, failed, None);
             }
+            let may_retry = !failed.final_attempt && failed.kind.retryable(job.route.retry_safe());
+            attempt += 1;
+            if !may_retry || attempt >= engine.defaults.max_attempts {
+                return classify::give_up(engine, failed, None);
+            }
+            if !credential.retry.try_retry(received) {
+                return classify::give_up(engine, failed, Some(Reason::Budget));
+            }
+            let backoff = if failed.server_wait {
+                None
+            } else {
+                let backoff = engine.backoff(attempt);
+                if micros(backoff) >= job.remaining(received) {
+                    return classify::give_up(engine, failed, None);
+                }
+                Some(backoff)
+            };
+            (failed.concurrency, backoff)
+        };
+        if let Some(backoff) = backoff {
             observe_backoff(engine, job, primary, attempt, backoff);
             tokio::time::sleep(backoff).await;
         }
         // A retry reads the clock afresh: the answer took time, and so
         // may the backoff.
         (at, now) = engine.clock();
-        if failed.concurrency {
+        if concurrency {
             // Fewer at once: the retry waits for a permit under the
             // lowered cap, as a new call would.
             drop(admitted.take_permit());

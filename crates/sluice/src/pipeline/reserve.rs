@@ -145,16 +145,14 @@ impl Drop for SharedGrant<'_> {
     }
 }
 
-/// Takes one request from the turn's budget and reserves one start slot on
-/// every scope, at one common start (and from the shared budget, for a
-/// shared credential); sleeps until it when the wait is inline and fits
-/// the deadline. The error is the call's outcome, with everything given back;
-/// `None` means a call of higher priority took the slot while this one
-/// slept: its permits go back and it queues again.
-/// `at` is the caller's reading of the clock; the clock is read again only
-/// after a wait. `checked` says that the caller found no scope's quota
-/// spent at that reading (step 2), so the first round need not look again.
-pub(super) async fn start<'a, E: Executor>(
+/// Step 5 without an await, for the call that needs none: one request
+/// from the turn's budget and one start slot on every scope, free now.
+/// What needs more — a slot later than now, a shared budget to ask, calls
+/// of lower priority to take a slot from — is left to [`start`], with
+/// what was taken ([`Later`]). `at` is the caller's reading of the clock;
+/// `checked` says that the caller found no scope's quota spent at it
+/// (step 2), so it is not looked at again.
+pub(super) fn start_at_once<'a, E: Executor>(
     engine: &'a Engine<E>,
     turn: &'a TurnState,
     primary: &Scope,
@@ -162,7 +160,7 @@ pub(super) async fn start<'a, E: Executor>(
     job: &Job<'a, E::Payload>,
     (at, now): (Instant, Micros),
     checked: bool,
-) -> Result<Option<Start<'a>>, Outcome> {
+) -> Result<AtOnce<'a>, Outcome> {
     let Some(request) = TurnRequest::spend(turn) else {
         let wait = next_slot(engine, primary);
         return Err(Outcome::rate_limited(
@@ -172,6 +170,77 @@ pub(super) async fn start<'a, E: Executor>(
             None,
         ));
     };
+    if !checked && let Some(outcome) = holds::quota_spent(scopes, now) {
+        return Err(outcome);
+    }
+    let remaining = job.remaining(now);
+    if remaining == 0 {
+        return Err(Outcome::timed_out(job.deadline.len(), false));
+    }
+    if engine.shared_for(job.credential).is_some() {
+        return Ok(AtOnce::Later(Later {
+            request,
+            first: None,
+        }));
+    }
+    // `start`'s first round, up to its first await.
+    let max_wait = micros(engine.defaults.inline_wait).min(remaining - 1);
+    let first = reserve_all(scopes, now, now, max_wait, job)
+        .map(|local| {
+            let start = local.start().unwrap_or(now);
+            (local, start)
+        })
+        .map_err(|(scope, deferred)| no_slot(scope, deferred, now));
+    match first {
+        Ok((local, start)) if start <= now => Ok(AtOnce::Now(Start {
+            request,
+            local,
+            shared: None,
+            at: (at, now),
+        })),
+        // Only a call that may take a slot from calls it outranks does
+        // more with a deferral than return it.
+        Err(outcome) if !(job.credential.outranks || job.credential.swaps()) => Err(outcome),
+        first => Ok(AtOnce::Later(Later {
+            request,
+            first: Some(first),
+        })),
+    }
+}
+
+/// What [`start_at_once`] found.
+pub(super) enum AtOnce<'a> {
+    /// A start free now, held.
+    Now(Start<'a>),
+    /// More to do, in [`start`].
+    Later(Later<'a>),
+}
+
+/// What [`start_at_once`] hands to [`start`]: the turn's request, taken,
+/// and the first round's reservation, when it made one (not on a shared
+/// credential, whose first round asks the shared budget).
+pub(super) struct Later<'a> {
+    request: TurnRequest<'a>,
+    first: Option<Result<(Local, Micros), Outcome>>,
+}
+
+/// Step 5 for a call [`start_at_once`] did not start: reserves one start
+/// slot on every scope, at one common start (and from the shared budget,
+/// for a shared credential); sleeps until it when the wait is inline and
+/// fits the deadline. The error is the call's outcome, with everything
+/// given back; `None` means a call of higher priority took the slot while
+/// this one slept: its permits go back and it queues again. `at` is the
+/// caller's reading of the clock, at which [`start_at_once`] looked; the
+/// clock is read again only after a wait.
+pub(super) async fn start<'a, E: Executor>(
+    engine: &'a Engine<E>,
+    primary: &Scope,
+    scopes: &[ScopeRef],
+    job: &Job<'a, E::Payload>,
+    (at, now): (Instant, Micros),
+    later: Later<'a>,
+) -> Result<Option<Start<'a>>, Outcome> {
+    let Later { request, mut first } = later;
     // Every wait below counts against one inline budget: a call whose
     // reservations penalties keep voiding re-reserves, and stays below
     // the model's view, until it has waited `inline_wait` in all.
@@ -179,7 +248,7 @@ pub(super) async fn start<'a, E: Executor>(
     // One clock read per round where nothing awaited in between.
     let (mut at, mut now) = (at, now);
     for round in 0..MAX_REVOKED {
-        if (round > 0 || !checked)
+        if round > 0
             && let Some(outcome) = holds::quota_spent(scopes, now)
         {
             return Err(outcome);
@@ -201,7 +270,10 @@ pub(super) async fn start<'a, E: Executor>(
         let swaps = job.credential.swaps();
         // Where a seated or swapped grant goes back if nobody uses it.
         let home = || budget.map(|budget| (budget.clone(), job.credential.name.clone()));
-        let acquired = acquire(engine, budget, scopes, job, now, max_wait).await;
+        let acquired = match first.take() {
+            Some(first) => first.map(|(local, start)| (local, start, None)),
+            None => acquire(engine, budget, scopes, job, now, max_wait).await,
+        };
         let (mut local, mut start, mut shared, beyond) = match acquired {
             Ok((local, start, shared)) => (local, start, shared, None),
             // No slot within the wait, but calls it outranks sleep on
