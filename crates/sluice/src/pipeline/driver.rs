@@ -177,21 +177,23 @@ fn read<'c, E: Executor>(
     async move {
         let job = &begun.job;
         let (started, now) = (begun.started, begun.now);
-        let work = async {
+        let work = std::pin::pin!(async {
             let run = move |(at, now)| async move {
                 let (completion, scope) = execute(engine, turn, job, true, (at, now)).await;
                 (completion, Some(scope))
             };
             let key = (job.name.clone(), key);
-            let flight = turn
-                .flights
-                .run(key, (started, now), || engine.clock(), run);
+            let flight =
+                std::pin::pin!(
+                    turn.flights
+                        .run(key, (started, now), || engine.clock(), run)
+                );
             // A joined call keeps its own deadline.
-            match job.deadline.bound(std::pin::pin!(flight)).await {
+            match job.deadline.bound(flight).await {
                 Some(answer) => answer,
                 None => (Outcome::timed_out(job.deadline.len(), true).into(), None),
             }
-        };
+        });
         // The credential's own scope comes back with the answer: the
         // outcome is counted on it without a second look-up.
         let (completion, primary) = work.instrument(span(job)).await;
@@ -216,9 +218,16 @@ fn send<'c, E: Executor>(
 ) -> impl Future<Output = Completion> {
     async move {
         let job = &begun.job;
-        let (completion, primary) = execute(engine, turn, job, false, (begun.started, begun.now))
-            .instrument(span(job))
-            .await;
+        // Pinned where it is made: moved into the span's wrapper, the steps'
+        // future was copied whole, a few kilobytes for the sidecar's.
+        let steps = std::pin::pin!(execute(
+            engine,
+            turn,
+            job,
+            false,
+            (begun.started, begun.now)
+        ));
+        let (completion, primary) = steps.instrument(span(job)).await;
         finish(
             engine,
             job.call,
