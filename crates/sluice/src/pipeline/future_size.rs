@@ -1,10 +1,10 @@
 //! The size of a call's future (issue 18). Whoever awaits a call moves its
 //! future at least once, a copy of every byte on every call: at 3,560
 //! bytes against 2,808, a non-waiting write ran 5,710 instructions
-//! against 5,563 (docs/PERFORMANCE.md). What only a waiting call reaches (a queue, a shared
-//! budget, a retry's backoff) lives in a box of its own, allocated only
-//! when it happens, and the attempt's steps borrow nothing across a
-//! retry's waits. The steps themselves run in a box made once a call is
+//! against 5,563 (docs/PERFORMANCE.md). What only a waiting call reaches
+//! (a queue, a start later than now, a shared budget, a retry's backoff)
+//! lives in a box of its own, allocated only when it happens, and the
+//! attempt's steps borrow nothing across a retry's waits. The steps themselves run in a box made once a call is
 //! found to need them, so the future a caller moves holds the call, its
 //! turn when it has one of its own, and a pointer; a read its turn has
 //! answered allocates no box at all. A write's box holds no flight, and
@@ -16,6 +16,7 @@ use serde_json::json;
 
 use super::driver::steps_size;
 use crate::engine::{Engine, TurnState};
+use crate::executor::Executor;
 use crate::{Call, CredentialConfig, Gate, GateConfig, ToolConfig, executor_fn};
 
 /// Bytes a call's future may take with an executor whose own future is
@@ -24,13 +25,21 @@ use crate::{Call, CredentialConfig, Gate, GateConfig, ToolConfig, executor_fn};
 /// little without the test failing on it.
 const MOST: usize = 512;
 
-#[tokio::test]
-async fn a_calls_future_holds_no_steps_inline() {
+/// A credential with a write and a read on it, and an executor whose own
+/// future is empty.
+fn parts() -> (GateConfig, impl Executor<Payload = serde_json::Value>) {
     let executor =
         executor_fn(|_request| async { Ok(http::Response::new(Bytes::from_static(b"{}"))) });
     let config = GateConfig::default()
         .credential("k", CredentialConfig::with_rate("100/1s".parse().unwrap()))
-        .tool("write", ToolConfig::write("k"));
+        .tool("write", ToolConfig::write("k"))
+        .tool("read", ToolConfig::read("k"));
+    (config, executor)
+}
+
+#[tokio::test]
+async fn a_calls_future_holds_no_steps_inline() {
+    let (config, executor) = parts();
     let gate = Gate::builder(config, executor).seed(1).build().unwrap();
     let call = gate.call(Call::new("write", json!({"id": 1})));
     let alone = std::mem::size_of_val(&call);
@@ -52,12 +61,7 @@ const MOST_STEPS: usize = 1_032;
 
 #[tokio::test]
 async fn a_writes_steps_fit_the_allocators_small_blocks() {
-    let executor =
-        executor_fn(|_request| async { Ok(http::Response::new(Bytes::from_static(b"{}"))) });
-    let config = GateConfig::default()
-        .credential("k", CredentialConfig::with_rate("100/1s".parse().unwrap()))
-        .tool("write", ToolConfig::write("k"))
-        .tool("read", ToolConfig::read("k"));
+    let (config, executor) = parts();
     let engine = Engine::new(config, executor, None, None, None).unwrap();
     let turn = TurnState::single(&engine.defaults);
     let write = steps_size(&engine, &turn, &Call::new("write", json!({"id": 1}))).unwrap();
