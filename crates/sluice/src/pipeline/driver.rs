@@ -28,7 +28,8 @@ use crate::scope::{AdmittedNow, Permit, Scope, ScopeRef};
 /// What needs no await (a call refused before it starts, a read its turn
 /// has answered) completes here; the rest runs in a box of its own. Every
 /// caller moves the future it awaits, a copy of every byte: the steps'
-/// future is a few kilobytes, this one holds the call and a pointer.
+/// future is a kilobyte or more (with the executor's own inside it), this
+/// one holds the call and a pointer.
 ///
 /// Not an `async fn`, which would keep a second copy of the call.
 #[allow(clippy::manual_async_fn)] // its doc says why
