@@ -4,10 +4,11 @@
 //! against 5,563 (docs/PERFORMANCE.md). What only a waiting call reaches
 //! (a queue, a start later than now, a shared budget, a retry's backoff)
 //! lives in a box of its own, allocated only when it happens, and the
-//! attempt's steps borrow nothing across a retry's waits. The steps themselves run in a box made once a call is
-//! found to need them, so the future a caller moves holds the call, its
-//! turn when it has one of its own, and a pointer; a read its turn has
-//! answered allocates no box at all. A write's box holds no flight, and
+//! attempt's steps borrow nothing across a retry's waits. The steps
+//! themselves run in a box made once a call is found to need them, so the
+//! future a caller moves holds the call, its turn when it has one of its
+//! own, and a pointer; a read its turn has answered allocates no box at
+//! all. A write's box holds no flight, and
 //! fits glibc's per-thread cache of small blocks (1,032 bytes): at 2,576
 //! bytes it came from the allocator's slower bins on every call.
 

@@ -4,27 +4,34 @@
 //! grant from the shared budget — is held by a guard ([`Start`] and its
 //! parts) that gives it back when dropped, unless the send commits it. So
 //! no path refunds by hand, and none can forget to.
+//!
+//! Here, the reservation and its guards; in `outrank`, a call of higher
+//! priority taking the slots of calls it outranks; in `shared`, the shared
+//! budget's grant; in `shadow`, the same decisions recorded, not acted on.
+
+mod outrank;
+mod shadow;
+mod shared;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use self::outrank::{hand_over, outrank_bucket, outrank_shared, swap, take_back, take_covering};
+pub(super) use self::shadow::shadow_start;
+use self::shared::with_shared;
 use super::holds;
 use super::job::Job;
-use super::learn;
-use super::shadow::Recorder;
 use crate::config::Priority;
 use crate::engine::{Engine, TurnState};
 use crate::executor::Executor;
 use crate::limiter::{Micros, micros};
-use crate::observe::{Event, ShadowDecision, WaitKind};
+use crate::observe::{Event, WaitKind};
 use crate::outcome::{Outcome, Reason};
-use crate::scope::{Deferred, GrantHome, Holding, Scope, ScopeRef, Seats, Slots, Ticket};
-use crate::seats::{Seated, Stood};
-use crate::shared::{
-    Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
-};
+use crate::scope::{Deferred, Scope, ScopeRef, Slots};
+use crate::seats::Stood;
+use crate::shared::{Grant, SharedBudget};
 
 /// Rounds of re-reserving after penalties voided waiting reservations. The
 /// inline budget bounds the time spent; this only guards against spinning.
@@ -185,13 +192,7 @@ pub(super) fn start_at_once<'a, E: Executor>(
     }
     // `start`'s first round, up to its first await.
     let max_wait = micros(engine.defaults.inline_wait).min(remaining - 1);
-    let first = reserve_all(scopes, now, now, max_wait, job)
-        .map(|local| {
-            let start = local.start().unwrap_or(now);
-            (local, start)
-        })
-        .map_err(|(scope, deferred)| no_slot(scope, deferred, now));
-    match first {
+    match reserve_local(scopes, job, (now, now), max_wait) {
         Ok((local, start)) if start <= now => Ok(AtOnce::Now(Start {
             request,
             local,
@@ -440,119 +441,6 @@ pub(super) async fn start<'a, E: Executor>(
     ))
 }
 
-/// Shadow mode's step 5 (issue 20): the same reservation, decided and
-/// never waited for. A slot within the inline wait is charged where
-/// enforcing would have started the call, so the cells go on modelling
-/// enforcement, and its wait is recorded; no slot in time is a deferral,
-/// charging nothing; a spent turn budget is a deferral too. The shared
-/// budget is not asked: shadow decisions spend none of it.
-pub(super) fn shadow_start<'a, E: Executor>(
-    engine: &'a Engine<E>,
-    turn: &'a TurnState,
-    primary: &Scope,
-    scopes: &[ScopeRef],
-    job: &Job<'a, E::Payload>,
-    recorder: &mut Recorder<'_, '_, E, E::Payload>,
-    (at, now): (Instant, Micros),
-) -> Result<Start<'a>, Outcome> {
-    let request = TurnRequest::spend(turn).unwrap_or_else(|| {
-        recorder.refuse(primary, ShadowDecision::Defer, next_slot(engine, primary));
-        TurnRequest { turn: None }
-    });
-    let remaining = job.remaining(now);
-    if remaining == 0 {
-        return Err(Outcome::timed_out(job.deadline.len(), false));
-    }
-    let max_wait = micros(engine.defaults.inline_wait).min(remaining - 1);
-    let local = match reserve_all(scopes, now, now, max_wait, job) {
-        Ok(local) => {
-            let start = local.start().unwrap_or(now);
-            if start > now {
-                // The scope the common start waits for.
-                let binding = local
-                    .held
-                    .iter()
-                    .map(|(scope, _)| scope)
-                    .find(|scope| scope.blocked_until(now).is_some())
-                    .or_else(|| scopes.first());
-                if let Some(binding) = binding {
-                    recorder.wait(binding, Duration::from_micros(start - now));
-                }
-            }
-            local
-        }
-        Err((scope, deferred)) => {
-            let wait = Duration::from_micros(deferred.until.saturating_sub(now));
-            recorder.refuse(scope, ShadowDecision::Defer, wait);
-            Local { held: Slots::new() }
-        }
-    };
-    Ok(Start {
-        request,
-        local,
-        shared: None,
-        at: (at, now),
-    })
-}
-
-/// Adds the shared budget's grant to the local slots held for `start`;
-/// when it grants a later start, the local slots move there.
-async fn with_shared<'a, E, P>(
-    engine: &Engine<E>,
-    budget: &'a Arc<dyn SharedBudget>,
-    scopes: &[ScopeRef],
-    job: &Job<'a, P>,
-    local: Local,
-    start: Micros,
-    latest: Micros,
-) -> Result<(Local, Micros, SharedGrant<'a>), Outcome> {
-    let mut local = local;
-    let mut start = start;
-    // Rounds until the shared budget and the local slots agree on one
-    // start: a grant must be charged where the call really starts, or the
-    // shared windows would count it early.
-    for _ in 0..4 {
-        let (at, grant) = match ask_shared(engine, budget, scopes, job, start, latest).await {
-            Ok(granted) => granted,
-            Err(denial) => {
-                // The local slots go back first: mirroring the denial may void
-                // them, and a voided slot can no longer be given back.
-                drop(local);
-                return Err(mirror(engine, scopes, job, denial));
-            }
-        };
-        if at <= start {
-            return Ok((local, start, grant));
-        }
-        // The shared budget starts later: move the local slots there (the
-        // grant goes back if they do not fit).
-        drop(local);
-        let now = engine.now();
-        local = reserve_all(scopes, now, at, latest.saturating_sub(now), job)
-            .map_err(|(scope, deferred)| no_slot(scope, deferred, now))?;
-        let moved = local.start().unwrap_or(at);
-        // A grant whose time has come while we asked starts now (the
-        // window margin covers those microseconds, as for one window).
-        if moved <= at.max(now) {
-            return Ok((local, moved, grant));
-        }
-        // The local slots start later still: the grant goes back (dropped)
-        // and the shared budget is asked for that start.
-        start = moved;
-    }
-    let now = engine.now();
-    drop(local);
-    let scope = scopes
-        .first()
-        .map_or(&*job.credential.name, |scope| &*scope.name);
-    Err(Outcome::rate_limited(
-        scope,
-        Reason::Throttled,
-        Duration::from_micros(start.saturating_sub(now)).max(Duration::from_millis(1)),
-        None,
-    ))
-}
-
 /// The local slots and, on a shared credential, the shared grant for one
 /// start within `max_wait` of `now`.
 async fn acquire<'a, E, P>(
@@ -575,9 +463,7 @@ async fn acquire_from<'a, E, P>(
     (now, not_before): (Micros, Micros),
     max_wait: Micros,
 ) -> Result<(Local, Micros, Option<SharedGrant<'a>>), Outcome> {
-    let local = reserve_all(scopes, now, not_before, max_wait, job)
-        .map_err(|(scope, deferred)| no_slot(scope, deferred, now))?;
-    let start = local.start().unwrap_or(now);
+    let (local, start) = reserve_local(scopes, job, (now, not_before), max_wait)?;
     match budget {
         None => Ok((local, start, None)),
         Some(budget) => {
@@ -593,129 +479,18 @@ async fn acquire_from<'a, E, P>(
     }
 }
 
-/// Gives back the starts of every waiting call of lower priority than
-/// `priority` before `start` together with the caller's own (`local`),
-/// when that is exact in every bucket ([`Scope::give_back_exactly`]); the
-/// earliest of their starts, to reserve again from, or `None` with
-/// nothing changed. The outranked calls are woken to ask again.
-fn outrank_bucket(
-    seats: &Seats,
-    priority: Priority,
-    start: Micros,
-    local: &mut Local,
-) -> Option<Micros> {
-    let from = seats.outrank_with(priority, start, |theirs: &[&Holding]| {
-        let held: Vec<(&Scope, &Ticket)> = local
-            .held
-            .iter()
-            .chain(theirs.iter().flat_map(|holding| holding.local.iter()))
-            .map(|(scope, ticket)| (&**scope, ticket))
-            .collect();
-        Scope::give_back_exactly(&held)
-    })?;
-    // Its own went back with theirs.
-    local.held.clear();
-    Some(from)
-}
-
-/// Gives back what every waiting call of lower priority than the job's
-/// holds for a start before `start` — the local slots at once, the grants
-/// awaited, so that the shared budget has the room back — and asks for a
-/// start before `start`, within `latest`. The start it gets, or `None`
-/// (the caller keeps its own). The outranked calls are woken, to ask
-/// again behind it, once it has asked.
-async fn outrank_shared<'a, E, P>(
-    engine: &Engine<E>,
-    budget: &'a Arc<dyn SharedBudget>,
+/// The local slots for one start no earlier than `not_before` and within
+/// `max_wait` of `now`, and that start; the deferral when there is none.
+fn reserve_local<P>(
     scopes: &[ScopeRef],
-    job: &Job<'a, P>,
-    start: Micros,
-    latest: Micros,
-) -> Option<(Local, Micros, Option<SharedGrant<'a>>)> {
-    let mut outranked = job.credential.seats.take_outranked(job.ask.priority, start);
-    let from = outranked.earliest()?;
-    let mut grants = Vec::new();
-    for holding in outranked.held.drain(..) {
-        grants.extend(holding.give_back_local().map(|(grant, _)| grant));
-    }
-    budget.refund_now(&job.credential.name, grants).await;
-    let now = engine.now();
-    let wait = start.saturating_sub(1).min(latest).checked_sub(now)?;
-    // From the earliest start given back, where the call fits as asked.
-    let earlier = acquire_from(engine, Some(budget), scopes, job, (now, from), wait).await;
-    drop(outranked);
-    earlier.ok()
-}
-
-/// Swaps what the call holds for `start` with the earliest start among the
-/// waiting calls it outranks that spend the same ([`Seats::swap`]); the
-/// start it now holds.
-fn swap(
-    seats: &Seats,
-    priority: Priority,
-    start: Micros,
-    guards: (&mut Local, &mut Option<SharedGrant<'_>>),
-    home: Option<GrantHome>,
-) -> Micros {
-    with_holding(guards, home, |holding| seats.swap(priority, start, holding))
-}
-
-/// Takes what the earliest waiting call it outranks whose spend covers
-/// its own holds ([`Seats::take_covering`]), giving back what it held; the
-/// start it now holds.
-fn take_covering(
-    seats: &Seats,
-    priority: Priority,
-    start: Micros,
-    guards: (&mut Local, &mut Option<SharedGrant<'_>>),
-    home: Option<GrantHome>,
-) -> Micros {
-    let taken = with_holding(guards, home, |holding| {
-        seats.take_covering(priority, start, holding)
-    });
-    match taken {
-        Some((taken, own)) => {
-            // Its own later start: exact on a window, forgone on a bucket
-            // that charged something after it.
-            own.give_back();
-            taken
-        }
-        None => start,
-    }
-}
-
-/// Runs `f` on what the guards hold, taken out of them, and puts what it
-/// leaves back into them.
-fn with_holding<R>(
-    (local, shared): (&mut Local, &mut Option<SharedGrant<'_>>),
-    home: Option<GrantHome>,
-    f: impl FnOnce(&mut Holding) -> R,
-) -> R {
-    let mut holding = hand_over(local, shared, home);
-    let result = f(&mut holding);
-    take_back(holding, local, shared);
-    result
-}
-
-/// What the guards hold, taken out of them (to seat or swap it).
-fn hand_over(
-    local: &mut Local,
-    shared: &mut Option<SharedGrant<'_>>,
-    home: Option<GrantHome>,
-) -> Holding {
-    let grant = shared.as_mut().and_then(|shared| shared.grant.take());
-    Holding {
-        local: std::mem::take(&mut local.held),
-        grant: grant.zip(home),
-    }
-}
-
-/// Puts `holding` back into the guards, which give it back if dropped.
-fn take_back(holding: Holding, local: &mut Local, shared: &mut Option<SharedGrant<'_>>) {
-    local.held = holding.local;
-    if let Some(shared) = shared {
-        shared.grant = holding.grant.map(|(grant, _)| grant);
-    }
+    job: &Job<'_, P>,
+    (now, not_before): (Micros, Micros),
+    max_wait: Micros,
+) -> Result<(Local, Micros), Outcome> {
+    let local = reserve_all(scopes, now, not_before, max_wait, job)
+        .map_err(|(scope, deferred)| no_slot(scope, deferred, now))?;
+    let start = local.start().unwrap_or(now);
+    Ok((local, start))
 }
 
 /// When a deferral told to wait `retry_after_ms` ends, rounded up to the
@@ -796,109 +571,4 @@ fn reserve_all<'s, P>(
         priority: false,
     };
     Err((latest, deferred))
-}
-
-/// The shared budget said no: when the call could start, on which scope, and why.
-struct Denial {
-    wait: Duration,
-    scope: String,
-    hold: Hold,
-    /// When the answer came.
-    now: Micros,
-}
-
-/// Asks the shared budget for a start no earlier than `start` and no
-/// later than `latest`.
-async fn ask_shared<'a, E, P>(
-    engine: &Engine<E>,
-    budget: &'a Arc<dyn SharedBudget>,
-    scopes: &[ScopeRef],
-    job: &Job<'a, P>,
-    start: Micros,
-    latest: Micros,
-) -> Result<(Micros, SharedGrant<'a>), Denial> {
-    let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
-    let limits = &job.credential.limits;
-    let enforced = scopes.first().and_then(|primary| primary.enforced_late());
-    // A credential with several windows, groups, units or a low share:
-    // the backend charges every window of every call at once, in one set
-    // of logs. Only a credential with one request window and nothing else
-    // stays on `limit` (and the backend's leases): deciding by call would
-    // put the calls without a cost or a group in another log of the same
-    // window than those with, and each log would allow the whole window.
-    let plain = limits.windows.is_empty()
-        && limits.groups.is_empty()
-        && limits.units.is_empty()
-        && limits.low_share.is_none();
-    let windows: Vec<SharedWindow> = if plain {
-        Vec::new()
-    } else {
-        scopes
-            .iter()
-            .flat_map(|scope| scope.shared_windows(&job.ask))
-            .collect()
-    };
-    let now = engine.now();
-    let request = ReserveRequest {
-        credential: &job.credential.name,
-        scopes: &names,
-        limit: enforced.map(|(rate, _)| SharedLimit {
-            rate,
-            burst: limits.burst,
-        }),
-        windows: &windows,
-        not_before: Duration::from_micros(start.saturating_sub(now)),
-        max_wait: Duration::from_micros(latest.saturating_sub(now)),
-        late_start: enforced.map_or(Duration::ZERO, |(_, late)| late),
-        priority: job.ask.priority,
-    };
-    let decision = budget.reserve(request).await;
-    let now = engine.now();
-    match decision {
-        Decision::Granted { wait, grant } => Ok((
-            now.saturating_add(micros(wait)),
-            SharedGrant {
-                budget: &**budget,
-                credential: &job.credential.name,
-                grant: Some(grant),
-            },
-        )),
-        Decision::Denied { wait, scope, hold } => Err(Denial {
-            wait,
-            scope,
-            hold,
-            now,
-        }),
-    }
-}
-
-/// Mirrors what the other processes learned onto this one's scope, and
-/// defers the call.
-fn mirror<E, P>(
-    engine: &Engine<E>,
-    scopes: &[ScopeRef],
-    job: &Job<'_, P>,
-    denial: Denial,
-) -> Outcome {
-    let Denial {
-        wait,
-        scope,
-        hold,
-        now,
-    } = denial;
-    tracing::debug!(%scope, wait_ms = wait.as_millis() as u64, ?hold, "the shared budget deferred the call");
-    let held = scopes.iter().find(|s| *s.name == *scope);
-    match (hold, held) {
-        (Hold::Quota, Some(held)) => {
-            learn::note_exhausted(engine, job.credential, held, wait, now);
-            Outcome::quota_exhausted(&held.name, wait)
-        }
-        (Hold::Quota, None) => Outcome::quota_exhausted(&scope, wait),
-        (Hold::Blocked, Some(held)) => {
-            held.block(now.saturating_add(micros(wait)), now);
-            Outcome::rate_limited(&held.name, Reason::Throttled, wait, None)
-        }
-        (Hold::Outranked, _) => Outcome::rate_limited(&scope, Reason::Priority, wait, None),
-        _ => Outcome::rate_limited(&scope, Reason::Throttled, wait, None),
-    }
 }

@@ -1,0 +1,139 @@
+//! Step 5 for a call of higher priority: the start slots of waiting calls
+//! it outranks, taken back into the cells, swapped with its own, or given
+//! back on the shared budget so that it can ask for an earlier start.
+
+use std::sync::Arc;
+
+use super::{Local, SharedGrant, acquire_from};
+use crate::config::Priority;
+use crate::engine::Engine;
+use crate::limiter::Micros;
+use crate::pipeline::job::Job;
+use crate::scope::{GrantHome, Holding, Scope, ScopeRef, Seats, Ticket};
+use crate::seats::Seated;
+use crate::shared::SharedBudget;
+
+/// Gives back the starts of every waiting call of lower priority than
+/// `priority` before `start` together with the caller's own (`local`),
+/// when that is exact in every bucket ([`Scope::give_back_exactly`]); the
+/// earliest of their starts, to reserve again from, or `None` with
+/// nothing changed. The outranked calls are woken to ask again.
+pub(super) fn outrank_bucket(
+    seats: &Seats,
+    priority: Priority,
+    start: Micros,
+    local: &mut Local,
+) -> Option<Micros> {
+    let from = seats.outrank_with(priority, start, |theirs: &[&Holding]| {
+        let held: Vec<(&Scope, &Ticket)> = local
+            .held
+            .iter()
+            .chain(theirs.iter().flat_map(|holding| holding.local.iter()))
+            .map(|(scope, ticket)| (&**scope, ticket))
+            .collect();
+        Scope::give_back_exactly(&held)
+    })?;
+    // Its own went back with theirs.
+    local.held.clear();
+    Some(from)
+}
+
+/// Gives back what every waiting call of lower priority than the job's
+/// holds for a start before `start` — the local slots at once, the grants
+/// awaited, so that the shared budget has the room back — and asks for a
+/// start before `start`, within `latest`. The start it gets, or `None`
+/// (the caller keeps its own). The outranked calls are woken, to ask
+/// again behind it, once it has asked.
+pub(super) async fn outrank_shared<'a, E, P>(
+    engine: &Engine<E>,
+    budget: &'a Arc<dyn SharedBudget>,
+    scopes: &[ScopeRef],
+    job: &Job<'a, P>,
+    start: Micros,
+    latest: Micros,
+) -> Option<(Local, Micros, Option<SharedGrant<'a>>)> {
+    let mut outranked = job.credential.seats.take_outranked(job.ask.priority, start);
+    let from = outranked.earliest()?;
+    let mut grants = Vec::new();
+    for holding in outranked.held.drain(..) {
+        grants.extend(holding.give_back_local().map(|(grant, _)| grant));
+    }
+    budget.refund_now(&job.credential.name, grants).await;
+    let now = engine.now();
+    let wait = start.saturating_sub(1).min(latest).checked_sub(now)?;
+    // From the earliest start given back, where the call fits as asked.
+    let earlier = acquire_from(engine, Some(budget), scopes, job, (now, from), wait).await;
+    drop(outranked);
+    earlier.ok()
+}
+
+/// Swaps what the call holds for `start` with the earliest start among the
+/// waiting calls it outranks that spend the same ([`Seats::swap`]); the
+/// start it now holds.
+pub(super) fn swap(
+    seats: &Seats,
+    priority: Priority,
+    start: Micros,
+    guards: (&mut Local, &mut Option<SharedGrant<'_>>),
+    home: Option<GrantHome>,
+) -> Micros {
+    with_holding(guards, home, |holding| seats.swap(priority, start, holding))
+}
+
+/// Takes what the earliest waiting call it outranks whose spend covers
+/// its own holds ([`Seats::take_covering`]), giving back what it held; the
+/// start it now holds.
+pub(super) fn take_covering(
+    seats: &Seats,
+    priority: Priority,
+    start: Micros,
+    guards: (&mut Local, &mut Option<SharedGrant<'_>>),
+    home: Option<GrantHome>,
+) -> Micros {
+    let taken = with_holding(guards, home, |holding| {
+        seats.take_covering(priority, start, holding)
+    });
+    match taken {
+        Some((taken, own)) => {
+            // Its own later start: exact on a window, forgone on a bucket
+            // that charged something after it.
+            own.give_back();
+            taken
+        }
+        None => start,
+    }
+}
+
+/// Runs `f` on what the guards hold, taken out of them, and puts what it
+/// leaves back into them.
+fn with_holding<R>(
+    (local, shared): (&mut Local, &mut Option<SharedGrant<'_>>),
+    home: Option<GrantHome>,
+    f: impl FnOnce(&mut Holding) -> R,
+) -> R {
+    let mut holding = hand_over(local, shared, home);
+    let result = f(&mut holding);
+    take_back(holding, local, shared);
+    result
+}
+
+/// What the guards hold, taken out of them (to seat or swap it).
+pub(super) fn hand_over(
+    local: &mut Local,
+    shared: &mut Option<SharedGrant<'_>>,
+    home: Option<GrantHome>,
+) -> Holding {
+    let grant = shared.as_mut().and_then(|shared| shared.grant.take());
+    Holding {
+        local: std::mem::take(&mut local.held),
+        grant: grant.zip(home),
+    }
+}
+
+/// Puts `holding` back into the guards, which give it back if dropped.
+pub(super) fn take_back(holding: Holding, local: &mut Local, shared: &mut Option<SharedGrant<'_>>) {
+    local.held = holding.local;
+    if let Some(shared) = shared {
+        shared.grant = holding.grant.map(|(grant, _)| grant);
+    }
+}

@@ -1,0 +1,178 @@
+//! Step 5 on a shared credential: a grant from the shared budget for the
+//! start the local slots hold, and what a denial says mirrored onto this
+//! process's scopes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Local, SharedGrant, no_slot, reserve_all};
+use crate::engine::Engine;
+use crate::limiter::{Micros, micros};
+use crate::outcome::{Outcome, Reason};
+use crate::pipeline::job::Job;
+use crate::pipeline::learn;
+use crate::scope::ScopeRef;
+use crate::shared::{Decision, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow};
+
+/// Adds the shared budget's grant to the local slots held for `start`;
+/// when it grants a later start, the local slots move there.
+pub(super) async fn with_shared<'a, E, P>(
+    engine: &Engine<E>,
+    budget: &'a Arc<dyn SharedBudget>,
+    scopes: &[ScopeRef],
+    job: &Job<'a, P>,
+    local: Local,
+    start: Micros,
+    latest: Micros,
+) -> Result<(Local, Micros, SharedGrant<'a>), Outcome> {
+    let mut local = local;
+    let mut start = start;
+    // Rounds until the shared budget and the local slots agree on one
+    // start: a grant must be charged where the call really starts, or the
+    // shared windows would count it early.
+    for _ in 0..4 {
+        let (at, grant) = match ask_shared(engine, budget, scopes, job, start, latest).await {
+            Ok(granted) => granted,
+            Err(denial) => {
+                // The local slots go back first: mirroring the denial may void
+                // them, and a voided slot can no longer be given back.
+                drop(local);
+                return Err(mirror(engine, scopes, job, denial));
+            }
+        };
+        if at <= start {
+            return Ok((local, start, grant));
+        }
+        // The shared budget starts later: move the local slots there (the
+        // grant goes back if they do not fit).
+        drop(local);
+        let now = engine.now();
+        local = reserve_all(scopes, now, at, latest.saturating_sub(now), job)
+            .map_err(|(scope, deferred)| no_slot(scope, deferred, now))?;
+        let moved = local.start().unwrap_or(at);
+        // A grant whose time has come while we asked starts now (the
+        // window margin covers those microseconds, as for one window).
+        if moved <= at.max(now) {
+            return Ok((local, moved, grant));
+        }
+        // The local slots start later still: the grant goes back (dropped)
+        // and the shared budget is asked for that start.
+        start = moved;
+    }
+    let now = engine.now();
+    drop(local);
+    let scope = scopes
+        .first()
+        .map_or(&*job.credential.name, |scope| &*scope.name);
+    Err(Outcome::rate_limited(
+        scope,
+        Reason::Throttled,
+        Duration::from_micros(start.saturating_sub(now)).max(Duration::from_millis(1)),
+        None,
+    ))
+}
+
+/// The shared budget said no: when the call could start, on which scope, and why.
+struct Denial {
+    wait: Duration,
+    scope: String,
+    hold: Hold,
+    /// When the answer came.
+    now: Micros,
+}
+
+/// Asks the shared budget for a start no earlier than `start` and no
+/// later than `latest`.
+async fn ask_shared<'a, E, P>(
+    engine: &Engine<E>,
+    budget: &'a Arc<dyn SharedBudget>,
+    scopes: &[ScopeRef],
+    job: &Job<'a, P>,
+    start: Micros,
+    latest: Micros,
+) -> Result<(Micros, SharedGrant<'a>), Denial> {
+    let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
+    let limits = &job.credential.limits;
+    let enforced = scopes.first().and_then(|primary| primary.enforced_late());
+    // A credential with several windows, groups, units or a low share:
+    // the backend charges every window of every call at once, in one set
+    // of logs. Only a credential with one request window and nothing else
+    // stays on `limit` (and the backend's leases): deciding by call would
+    // put the calls without a cost or a group in another log of the same
+    // window than those with, and each log would allow the whole window.
+    let plain = limits.windows.is_empty()
+        && limits.groups.is_empty()
+        && limits.units.is_empty()
+        && limits.low_share.is_none();
+    let windows: Vec<SharedWindow> = if plain {
+        Vec::new()
+    } else {
+        scopes
+            .iter()
+            .flat_map(|scope| scope.shared_windows(&job.ask))
+            .collect()
+    };
+    let now = engine.now();
+    let request = ReserveRequest {
+        credential: &job.credential.name,
+        scopes: &names,
+        limit: enforced.map(|(rate, _)| SharedLimit {
+            rate,
+            burst: limits.burst,
+        }),
+        windows: &windows,
+        not_before: Duration::from_micros(start.saturating_sub(now)),
+        max_wait: Duration::from_micros(latest.saturating_sub(now)),
+        late_start: enforced.map_or(Duration::ZERO, |(_, late)| late),
+        priority: job.ask.priority,
+    };
+    let decision = budget.reserve(request).await;
+    let now = engine.now();
+    match decision {
+        Decision::Granted { wait, grant } => Ok((
+            now.saturating_add(micros(wait)),
+            SharedGrant {
+                budget: &**budget,
+                credential: &job.credential.name,
+                grant: Some(grant),
+            },
+        )),
+        Decision::Denied { wait, scope, hold } => Err(Denial {
+            wait,
+            scope,
+            hold,
+            now,
+        }),
+    }
+}
+
+/// Mirrors what the other processes learned onto this one's scope, and
+/// defers the call.
+fn mirror<E, P>(
+    engine: &Engine<E>,
+    scopes: &[ScopeRef],
+    job: &Job<'_, P>,
+    denial: Denial,
+) -> Outcome {
+    let Denial {
+        wait,
+        scope,
+        hold,
+        now,
+    } = denial;
+    tracing::debug!(%scope, wait_ms = wait.as_millis() as u64, ?hold, "the shared budget deferred the call");
+    let held = scopes.iter().find(|s| *s.name == *scope);
+    match (hold, held) {
+        (Hold::Quota, Some(held)) => {
+            learn::note_exhausted(engine, job.credential, held, wait, now);
+            Outcome::quota_exhausted(&held.name, wait)
+        }
+        (Hold::Quota, None) => Outcome::quota_exhausted(&scope, wait),
+        (Hold::Blocked, Some(held)) => {
+            held.block(now.saturating_add(micros(wait)), now);
+            Outcome::rate_limited(&held.name, Reason::Throttled, wait, None)
+        }
+        (Hold::Outranked, _) => Outcome::rate_limited(&scope, Reason::Priority, wait, None),
+        _ => Outcome::rate_limited(&scope, Reason::Throttled, wait, None),
+    }
+}
