@@ -4,9 +4,10 @@
 //! Beyond "no panic": an accepted body has 1 to `MAX_CALLS` calls with
 //! distinct ids and a sane turn id, and prints back to JSON that parses to
 //! the same turn; a refused one is a 400 with a message. Every request a
-//! call would become goes to the credential's origin, below its base path,
-//! never climbs with `..` however its path is decoded, and carries nothing
-//! that could end the request line or start a header.
+//! call would become goes below its credential's base path, never climbs
+//! with `..` however its path is decoded, carries nothing that could end
+//! the request line or start a header, and is exactly what the URL parser
+//! makes of the rendered path and query.
 #![no_main]
 
 mod paths;
@@ -14,9 +15,10 @@ mod paths;
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
+use http::uri::PathAndQuery;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value, json};
-use sluice_server::fuzzing::{MAX_CALLS, ParsedTurn, join, parse_turn};
+use sluice_server::fuzzing::{MAX_CALLS, ParsedTurn, join, join_by_url, parse_turn};
 use sluice_server::{SidecarConfig, Url};
 
 const TOML: &str = r#"
@@ -45,8 +47,9 @@ read = false
 idempotent = true
 "#;
 
-static CONFIG: LazyLock<SidecarConfig> =
-    LazyLock::new(|| SidecarConfig::from_toml(TOML, |_| None).expect("the fixed configuration loads"));
+static CONFIG: LazyLock<SidecarConfig> = LazyLock::new(|| {
+    SidecarConfig::from_toml(TOML, |_| None).expect("the fixed configuration loads")
+});
 
 fn printed(turn: &ParsedTurn) -> String {
     let calls: Vec<Value> = turn
@@ -103,24 +106,32 @@ fuzz_target!(|data: &[u8]| {
         let Ok(request) = spec.render(args) else {
             continue;
         };
-        let Ok(url) = join(base, &request.path, request.query.as_deref()) else {
+        let joined = join(base, &request.path, request.query.as_deref());
+        assert_eq!(
+            joined,
+            join_by_url(base, &request.path, request.query.as_deref()),
+            "{request:?}: put together and parsed differ"
+        );
+        let Ok(target) = joined else {
             continue;
         };
-        check(base, &url);
+        check(base, &target);
     }
 });
 
-fn check(base: &Url, url: &Url) {
-    assert_eq!(url.origin(), base.origin(), "{url}");
-    let below = url
+/// A tool's target: below the base path, not climbing once decoded, and
+/// nothing that could end the request line (the origin is the base's: a
+/// target names none).
+fn check(base: &Url, target: &PathAndQuery) {
+    let below = target
         .path()
         .strip_prefix(base.path())
-        .unwrap_or_else(|| panic!("{url} is not below the base path"));
+        .unwrap_or_else(|| panic!("{target} is not below the base path"));
     assert!(
         !paths::climbs_when_decoded(below),
-        "{url} climbs once decoded"
+        "{target} climbs once decoded"
     );
-    let sent = url.as_str();
+    let sent = target.as_str();
     assert!(
         !sent.bytes().any(|b| b.is_ascii_control() || b == b' '),
         "{sent:?}"

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, RANGE};
+use http::uri::PathAndQuery;
 use http::{HeaderValue, Method};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -172,12 +173,12 @@ impl TurnCore {
                 let message = format!("unknown credential {:?}", spec.credential);
                 return Ok(Prepared::new(Err(refuse(message))));
             };
-            let url = match sluice_server::fuzzing::join(
+            let target = match sluice_server::fuzzing::join(
                 &upstream.base_url,
                 &rendered.path,
                 rendered.query.as_deref(),
             ) {
-                Ok(url) => url,
+                Ok(target) => target,
                 Err(message) => return Ok(Prepared::new(Err(refuse(message)))),
             };
             let mut headers = HeaderMap::new();
@@ -189,7 +190,7 @@ impl TurnCore {
                 args: Value::Object(args),
                 request: HttpRequest {
                     method: rendered.method,
-                    url,
+                    target,
                     headers,
                     body: rendered.body.unwrap_or_default(),
                 },
@@ -273,6 +274,11 @@ impl TurnCore {
             // A read is identified as the sidecar's proxy identifies it.
             let key = if read {
                 Url::parse(url).ok().and_then(|url| {
+                    let target = match url.query() {
+                        Some(query) => format!("{}?{query}", url.path()),
+                        None => url.path().to_owned(),
+                    };
+                    let target = PathAndQuery::try_from(target).ok()?;
                     let mut headers = HeaderMap::new();
                     for (name, value) in [(ACCEPT, accept), (RANGE, range)] {
                         if let Some(value) = value.and_then(|v| HeaderValue::from_bytes(v).ok()) {
@@ -281,7 +287,7 @@ impl TurnCore {
                     }
                     Outbound::Proxy(HttpRequest {
                         method: method.clone(),
-                        url,
+                        target,
                         headers,
                         body: Bytes::new(),
                     })

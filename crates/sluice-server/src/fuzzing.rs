@@ -4,6 +4,7 @@
 //! proxy's path checks), re-exported, so that what is fuzzed is what serves.
 
 use bytes::Bytes;
+use http::uri::PathAndQuery;
 use serde_json::Value;
 use url::Url;
 
@@ -71,8 +72,15 @@ pub fn climbs(path: &str) -> bool {
     forward::climbs(path)
 }
 
-/// The URL a path and query become below a credential's base URL, or the
-/// refusal (the message the client would get).
-pub fn join(base: &Url, path: &str, query: Option<&str>) -> Result<Url, String> {
+/// The target (path and query) a path and query become below a
+/// credential's base URL, sent to its origin, or the refusal (the message
+/// the client would get).
+pub fn join(base: &Url, path: &str, query: Option<&str>) -> Result<PathAndQuery, String> {
     forward::join(base, path, query).map_err(|error| error.to_string())
+}
+
+/// [`join`] as the URL parser makes it, for any path: what `join` must
+/// agree with.
+pub fn join_by_url(base: &Url, path: &str, query: Option<&str>) -> Result<PathAndQuery, String> {
+    forward::join_by_url(base, path, query).map_err(|error| error.to_string())
 }

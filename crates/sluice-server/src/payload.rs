@@ -5,16 +5,18 @@
 use bytes::Bytes;
 use http::Method;
 use http::header::{ACCEPT, HeaderMap, RANGE};
+use http::uri::PathAndQuery;
 use sluice::Payload;
-use url::Url;
 
 /// One HTTP request, as the executor sends it (the secret is added there).
 #[derive(Debug, Clone)]
 pub struct HttpRequest {
     /// The method.
     pub method: Method,
-    /// The full URL, always on the credential's base URL.
-    pub url: Url,
+    /// The origin-form target, a path and query below the credential's
+    /// base URL: the executor sends it to the credential's origin, the
+    /// only one a request can reach.
+    pub target: PathAndQuery,
     /// End-to-end headers (never an `Authorization` from the client).
     pub headers: HeaderMap,
     /// The body.
@@ -75,8 +77,8 @@ impl Payload for Outbound {
                 Some(format!(
                     "{} {}?{}\naccept={}\nrange={}",
                     request.method,
-                    request.url.path(),
-                    request.url.query().unwrap_or(""),
+                    request.target.path(),
+                    request.target.query().unwrap_or(""),
                     String::from_utf8_lossy(header(ACCEPT)),
                     String::from_utf8_lossy(header(RANGE)),
                 ))
@@ -101,14 +103,14 @@ mod tests {
 
     use super::*;
 
-    fn proxied(method: Method, url: &str, accept: Option<&'static str>) -> Outbound {
+    fn proxied(method: Method, target: &'static str, accept: Option<&'static str>) -> Outbound {
         let mut headers = HeaderMap::new();
         if let Some(accept) = accept {
             headers.insert(ACCEPT, HeaderValue::from_static(accept));
         }
         Outbound::Proxy(HttpRequest {
             method,
-            url: Url::parse(url).unwrap(),
+            target: PathAndQuery::from_static(target),
             headers,
             body: Bytes::new(),
         })
@@ -118,7 +120,7 @@ mod tests {
     fn identities() {
         let request = HttpRequest {
             method: Method::GET,
-            url: Url::parse("http://a/x").unwrap(),
+            target: PathAndQuery::from_static("/x"),
             headers: HeaderMap::new(),
             body: Bytes::new(),
         };
@@ -132,27 +134,24 @@ mod tests {
         };
         assert_eq!(a.coalesce_key(), b.coalesce_key());
 
-        let get = proxied(Method::GET, "http://a/x?q=1", None);
+        let get = proxied(Method::GET, "/x?q=1", None);
         assert_eq!(
             get.coalesce_key(),
-            proxied(Method::GET, "http://a/x?q=1", None).coalesce_key()
+            proxied(Method::GET, "/x?q=1", None).coalesce_key()
         );
         assert_ne!(
             get.coalesce_key(),
-            proxied(Method::GET, "http://a/x?q=2", None).coalesce_key()
+            proxied(Method::GET, "/x?q=2", None).coalesce_key()
         );
         assert_ne!(
             get.coalesce_key(),
-            proxied(Method::HEAD, "http://a/x?q=1", None).coalesce_key()
+            proxied(Method::HEAD, "/x?q=1", None).coalesce_key()
         );
         assert_ne!(
             get.coalesce_key(),
-            proxied(Method::GET, "http://a/x?q=1", Some("text/csv")).coalesce_key()
+            proxied(Method::GET, "/x?q=1", Some("text/csv")).coalesce_key()
         );
-        assert_eq!(
-            proxied(Method::POST, "http://a/x", None).coalesce_key(),
-            None
-        );
+        assert_eq!(proxied(Method::POST, "/x", None).coalesce_key(), None);
         let Outbound::Proxy(request) = get else {
             unreachable!()
         };

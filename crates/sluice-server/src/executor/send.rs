@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT, HOST, USER_AGENT};
-use http::uri::{Authority, Scheme};
+use http::uri::Scheme;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
@@ -117,11 +117,6 @@ impl HttpExecutor {
             )));
         };
         let outbound = request.payload.request();
-        // The handlers only build URLs below the base URL; refuse anything else
-        // all the same, before a byte is sent.
-        let uri = target.uri(&outbound.url).ok_or_else(|| {
-            TransportError::other("refused: the request does not go to the credential's base URL")
-        })?;
         // Copied once, with room for the four below: a clone has none to
         // spare, and growing it afterwards re-indexes every header.
         let mut headers = HeaderMap::with_capacity(outbound.headers.len() + 4);
@@ -143,7 +138,9 @@ impl HttpExecutor {
         headers.entry(HOST).or_insert_with(|| target.host.clone());
         let mut sent = http::Request::new(Full::new(outbound.body.clone()));
         *sent.method_mut() = outbound.method.clone();
-        *sent.uri_mut() = uri;
+        // Origin-form, as HTTP/1 sends it to the origin itself: the
+        // connection is the credential's, and a target names no other.
+        *sent.uri_mut() = Uri::from(outbound.target.clone());
         *sent.headers_mut() = headers;
         // The gate enforces the call's deadline: it drops this future when
         // the deadline passes, which cancels the request (and closes its
@@ -227,22 +224,6 @@ async fn read_up_to(body: &mut Incoming, limit: usize) -> Result<Read, Transport
         }
     }
     Ok(Read::Whole(read.freeze()))
-}
-
-impl Target {
-    /// `url` as a URI, when it is on this credential's origin.
-    fn uri(&self, url: &Url) -> Option<Uri> {
-        // Compared as text: the origin was parsed once, at start.
-        let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
-        if Some(url.scheme()) != self.origin.scheme_str()
-            || Some(authority) != self.origin.authority().map(Authority::as_str)
-        {
-            return None;
-        }
-        // Origin-form, as HTTP/1 sends it to the origin itself.
-        let path_and_query = &url[url::Position::BeforePath..url::Position::AfterQuery];
-        Uri::builder().path_and_query(path_and_query).build().ok()
-    }
 }
 
 /// A URL's `scheme://authority/` as a URI, if it has a host.

@@ -93,7 +93,7 @@ async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError>
     // The body is read whole (bounded), so that a retry sends it again.
     let within = deadline.unwrap_or(inner.config.gate.defaults.deadline);
     let body = read_body(body, inner.config.server.max_body, within).await?;
-    let url = forward::join(&upstream.base_url, path, parts.uri.query())
+    let target = forward::join(&upstream.base_url, path, parts.uri.query())
         .map_err(|error| ApiError::bad_request(error.to_string()))?;
     let headers = forward::request_headers(&parts.headers, &upstream.auth_header);
 
@@ -116,7 +116,7 @@ async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError>
     let label = inner.proxy_label(&credential, path);
     let request = HttpRequest {
         method: method.clone(),
-        url,
+        target,
         headers,
         body,
     };

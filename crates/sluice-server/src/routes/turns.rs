@@ -196,7 +196,7 @@ fn prepare(inner: &Inner, call: &CallRequest) -> Result<Call<Outbound>, Outcome>
     let Some(upstream) = inner.config.credentials.get(&spec.credential) else {
         return Err(refuse(format!("unknown credential {:?}", spec.credential)));
     };
-    let url = forward::join(
+    let target = forward::join(
         &upstream.base_url,
         &rendered.path,
         rendered.query.as_deref(),
@@ -209,7 +209,7 @@ fn prepare(inner: &Inner, call: &CallRequest) -> Result<Call<Outbound>, Outcome>
     }
     let request = HttpRequest {
         method: rendered.method,
-        url,
+        target,
         headers,
         body: rendered.body.unwrap_or_default(),
     };
