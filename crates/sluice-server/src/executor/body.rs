@@ -26,21 +26,22 @@ const STREAM_TYPES: [&str; 6] = [
     "multipart/x-mixed-replace",
 ];
 
-/// The body of a proxied answer, carried beside the head the engine sees
-/// (in the response's extensions), so that the engine neither waits for a
-/// stream nor parses a body nobody reads as JSON.
+/// The body of a proxied answer that streams, carried beside the head the
+/// engine sees (in the response's extensions), so that the engine does not
+/// wait for it: what was read of it already, and the rest, for the one
+/// caller that takes it. A body read whole is the response's own (the
+/// outcome parses it only if something reads it).
 #[derive(Debug, Clone)]
-pub(crate) enum UpstreamBody {
-    /// Read whole; every caller sharing the answer gets all of it.
-    Whole(Bytes),
-    /// Still arriving: what was read of it already, and the rest, for the
-    /// one caller that takes it.
-    Streaming(Arc<Mutex<Option<(Bytes, Incoming)>>>),
-}
+pub(crate) struct UpstreamBody(Arc<Mutex<Option<(Bytes, Incoming)>>>);
 
 impl UpstreamBody {
-    pub(crate) fn streaming(read: Bytes, rest: Incoming) -> Self {
-        UpstreamBody::Streaming(Arc::new(Mutex::new(Some((read, rest)))))
+    pub(crate) fn new(read: Bytes, rest: Incoming) -> Self {
+        UpstreamBody(Arc::new(Mutex::new(Some((read, rest)))))
+    }
+
+    /// The body, for the one caller that takes it first.
+    pub(crate) fn take(&self) -> Option<(Bytes, Incoming)> {
+        self.0.lock().take()
     }
 }
 

@@ -154,11 +154,10 @@ impl HttpExecutor {
                 SendError::Request(message) => TransportError::other(message),
             })?;
         let (parts, mut body) = response.into_parts();
-        // A proxied answer's body goes beside the head unless the signal
-        // reader needs it; a tool's is the outcome's.
-        let beside = !matches!(&*request.payload, Outbound::Tool { .. })
+        // A proxied answer to one client streams unless the signal reader
+        // needs its body.
+        let may_stream = matches!(&*request.payload, Outbound::ProxyStream(_))
             && !body_matters(parts.status, &parts.headers, target.body_signals);
-        let may_stream = beside && matches!(&*request.payload, Outbound::ProxyStream(_));
         // A streamed answer keeps its connection until it ends; the
         // connection then closes rather than going back idle.
         if may_stream && streams_at_once(&parts.headers) {
@@ -174,11 +173,7 @@ impl HttpExecutor {
             lease.give_back();
         }
         match read {
-            Read::Whole(whole) if beside => {
-                let mut head = http::Response::from_parts(parts, Bytes::new());
-                head.extensions_mut().insert(UpstreamBody::Whole(whole));
-                Ok(head)
-            }
+            // The outcome's body: parsed only if something reads it.
             Read::Whole(whole) => Ok(http::Response::from_parts(parts, whole)),
             // Too long to hold: what was read goes first, the rest streams.
             Read::Partial(read) if may_stream => Ok(streaming(parts, read, body)),
@@ -193,8 +188,7 @@ impl HttpExecutor {
 /// A head returned to the engine with its body still arriving.
 fn streaming(parts: http::response::Parts, read: Bytes, rest: Incoming) -> http::Response<Bytes> {
     let mut head = http::Response::from_parts(parts, Bytes::new());
-    head.extensions_mut()
-        .insert(UpstreamBody::streaming(read, rest));
+    head.extensions_mut().insert(UpstreamBody::new(read, rest));
     head.extensions_mut().insert(Streaming::new());
     head
 }

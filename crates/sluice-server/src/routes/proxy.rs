@@ -264,11 +264,10 @@ fn respond(completion: Completion, method: &Method) -> Response {
 /// The upstream's answer: its body relayed as it arrives when it streams,
 /// else the bytes it was read into.
 fn passthrough(upstream: Arc<http::Response<Bytes>>, method: &Method) -> Response {
-    let (whole, streamed) = match upstream.extensions().get::<UpstreamBody>() {
-        Some(UpstreamBody::Whole(whole)) => (Some(whole.clone()), None),
-        Some(UpstreamBody::Streaming(slot)) => (None, slot.lock().take()),
-        None => (None, None),
-    };
+    let streamed = upstream
+        .extensions()
+        .get::<UpstreamBody>()
+        .and_then(UpstreamBody::take);
     let hold = match streamed {
         Some(_) => upstream
             .extensions()
@@ -303,7 +302,7 @@ fn passthrough(upstream: Arc<http::Response<Bytes>>, method: &Method) -> Respons
             if *method != Method::HEAD {
                 headers.remove(CONTENT_LENGTH);
             }
-            Response::new(Body::from(whole.unwrap_or(bytes)))
+            Response::new(Body::from(bytes))
         }
     };
     *response.status_mut() = status;
