@@ -1,5 +1,6 @@
-//! The forwarding rules: which headers cross the sidecar, how an upstream URL
-//! is built below a credential's base URL, and which paths are refused.
+//! The forwarding rules: which headers cross the sidecar, how a request's
+//! target is built below a credential's base URL, and which paths are
+//! refused.
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName};
@@ -123,7 +124,8 @@ pub(crate) struct LeavesBase(pub(crate) String);
 /// origin-form target (path and query) a request sends to `base`'s origin,
 /// the only place it can go. A path and query the URL parser would give
 /// back unchanged (most are) are put together as they are; any other goes
-/// through the parser ([`join_by_url`]), which both agree with.
+/// through the parser ([`join_by_url`]). The two agree on every input
+/// (tested, and asserted by the `proxy_path` fuzz target).
 pub(crate) fn join(
     base: &Url,
     path: &str,
@@ -285,7 +287,8 @@ mod tests {
     /// Every path and query of up to three characters from an alphabet of
     /// the ones that matter (each kind the URL parser keeps, escapes,
     /// resolves or drops), alone and between segments, under a base with
-    /// a path and one without: put together as they are, they are exactly
+    /// a path, one without, and one whose path holds characters a URL's
+    /// path keeps unescaped: put together as they are, they are exactly
     /// what the parser makes of them.
     #[test]
     fn a_path_put_together_as_it_is_is_what_the_url_parser_makes_of_it() {
@@ -297,6 +300,8 @@ mod tests {
         let bases = [
             Url::parse("http://127.0.0.1:9000/api/v1/").unwrap(),
             Url::parse("https://example.com").unwrap(),
+            // A base path holding what a URL's path keeps unescaped.
+            Url::parse("http://127.0.0.1:9000/a|b^c%2F/").unwrap(),
         ];
         let mut words = vec![String::new()];
         for _ in 0..3 {
