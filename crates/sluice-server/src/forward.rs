@@ -131,26 +131,10 @@ pub(crate) fn join(
     path: &str,
     query: Option<&str>,
 ) -> Result<PathAndQuery, LeavesBase> {
-    if climbs(path) {
-        return Err(LeavesBase(path.to_owned()));
-    }
     let plain = matches!(base.scheme(), "http" | "https")
         && plain_path(path)
         && query.is_none_or(plain_query);
-    if !plain {
-        return join_by_url(base, path, query);
-    }
-    let base_path = base.path().trim_end_matches('/');
-    let mut target = String::with_capacity(
-        base_path.len() + path.len() + query.map_or(0, |query| query.len() + 1),
-    );
-    target.push_str(base_path);
-    target.push_str(path);
-    if let Some(query) = query {
-        target.push('?');
-        target.push_str(query);
-    }
-    PathAndQuery::from_maybe_shared(Bytes::from(target)).map_err(|_| LeavesBase(path.to_owned()))
+    joined(base, path, query, plain)
 }
 
 /// [`join`] through the URL parser, whatever the path holds: it resolves
@@ -161,15 +145,35 @@ pub(crate) fn join_by_url(
     path: &str,
     query: Option<&str>,
 ) -> Result<PathAndQuery, LeavesBase> {
+    joined(base, path, query, false)
+}
+
+/// [`join`]: put together as text when `plain`, else through the parser.
+fn joined(
+    base: &Url,
+    path: &str,
+    query: Option<&str>,
+    plain: bool,
+) -> Result<PathAndQuery, LeavesBase> {
+    let leaves = || LeavesBase(path.to_owned());
     if climbs(path) {
-        return Err(LeavesBase(path.to_owned()));
+        return Err(leaves());
     }
     let base_path = base.path().trim_end_matches('/');
+    let mut target = String::with_capacity(
+        base_path.len() + path.len() + query.map_or(0, |query| query.len() + 1),
+    );
+    target.push_str(base_path);
+    target.push_str(path);
+    if plain {
+        if let Some(query) = query {
+            target.push('?');
+            target.push_str(query);
+        }
+        return PathAndQuery::from_maybe_shared(Bytes::from(target)).map_err(|_| leaves());
+    }
     let mut url = base.clone();
-    let mut joined = String::with_capacity(base_path.len() + path.len());
-    joined.push_str(base_path);
-    joined.push_str(path);
-    url.set_path(&joined);
+    url.set_path(&target);
     url.set_query(query);
     // Defence in depth: whatever the path held, it stays below the base
     // path (and a path cannot name another origin).
@@ -178,10 +182,10 @@ pub(crate) fn join_by_url(
         .strip_prefix(base_path)
         .is_some_and(|rest| rest.starts_with('/'));
     if !below {
-        return Err(LeavesBase(path.to_owned()));
+        return Err(leaves());
     }
     PathAndQuery::try_from(&url[url::Position::BeforePath..url::Position::AfterQuery])
-        .map_err(|_| LeavesBase(path.to_owned()))
+        .map_err(|_| leaves())
 }
 
 /// A path the URL parser keeps as it is below an `http(s)` base: `/` and
