@@ -252,3 +252,56 @@ async fn the_proxy_on_a_socket_answers_as_the_router_does() {
         }
     }
 }
+
+/// A call whose client hangs up while it waits is dropped with it: it
+/// gives its place up and never reaches the upstream. One call at a time
+/// on the credential: A holds it (a 300 ms answer), B waits for it and
+/// hangs up, C waits for it and stays; C is sent after A, B never.
+#[tokio::test]
+async fn a_waiting_call_whose_client_hangs_up_is_never_sent() {
+    let echo = Echo::spawn().await;
+    let config = SidecarConfig::from_toml(
+        &format!(
+            "[credentials.support]\nbase_url = \"{}\"\nmax_in_flight = 1\n",
+            echo.url
+        ),
+        env,
+    )
+    .unwrap();
+    let sidecar = Sidecar::spawn(state(config)).await;
+    let mut a = connect(&sidecar).await;
+    let first = tokio::spawn(async move { get(&mut a, "/proxy/support/slow").await });
+    // A is in flight before B asks.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut b = connect(&sidecar).await;
+    b.write_all(b"GET /proxy/support/gone HTTP/1.1\r\nhost: sidecar\r\n\r\n")
+        .await
+        .unwrap();
+    // B's request is read and waiting for A's place; then its client hangs up.
+    let mut watch = connect(&sidecar).await;
+    let waiting = Instant::now() + Duration::from_secs(2);
+    while queued(&mut watch).await != 1 {
+        assert!(Instant::now() < waiting, "B never waited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(b);
+    let mut c = connect(&sidecar).await;
+    let third = get(&mut c, "/proxy/support/stays").await;
+    assert!(third.starts_with("HTTP/1.1 200"), "{third}");
+    let answer = first.await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Time enough for B to have been sent, had it still been waiting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let targets: Vec<String> = echo.seen().into_iter().map(|seen| seen.target).collect();
+    assert_eq!(targets, ["/slow", "/stays"]);
+}
+
+/// Calls waiting in the `support` credential's queue, from `/metrics`.
+async fn queued(stream: &mut TcpStream) -> u64 {
+    let metrics = get(stream, "/metrics").await;
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("sluice_queued{credential=\"support\""))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
