@@ -45,8 +45,10 @@
 //!   credentials, tools, scopes, RNG, clock, observer, shared budget;
 //!   `credential.rs`; `routing.rs`: a call's route, credential and scopes;
 //!   `turn_state.rs`: a turn's flights and request budget);
-//! - `pipeline/` — the call path, in order: `driver.rs` runs steps 1 to 9,
-//!   `holds.rs` is step 2, `reserve/` step 5 (with the one guard that
+//! - `pipeline/` — the call path, in order: `driver/` runs steps 1 to 9
+//!   (`mod.rs` a call's entry and step 9, `attempts.rs` steps 2 to 8),
+//!   `holds.rs` is step 2, `admit.rs` steps 3 and 4 (the concurrency
+//!   permits and their queue), `reserve/` step 5 (with the one guard that
 //!   owns every refund), `learn.rs` step 7, `classify.rs` step 8's verdicts,
 //!   `shadow.rs` what shadow mode (`enforce = false`) records instead of acting;
 //! - `coalesce.rs` (step 1), [`scope`] (admission, concurrency and each

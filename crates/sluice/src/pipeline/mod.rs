@@ -3,6 +3,7 @@
 //! - `driver` — the steps in order, nothing else;
 //! - `job` — one call's fixed facts (route, credential, deadline), resolved once;
 //! - `price` — what a call spends: its priority, its cost in each unit;
+//! - `admit` — steps 3 and 4, the concurrency permits and their queue;
 //! - `holds` — step 2, a spent quota or a long server block answers at once;
 //! - `reserve` — step 5, a start on every scope of the call, the shared
 //!   budget and the turn's request budget, held by one guard that owns
@@ -12,6 +13,7 @@
 //! - `shadow` — shadow mode (`enforce = false`): each step's refusals and
 //!   waits recorded instead of acted on.
 
+mod admit;
 mod classify;
 #[cfg(test)]
 mod clock_reads;
