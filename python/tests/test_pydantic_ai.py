@@ -70,3 +70,36 @@ def test_it_is_a_wrapper_toolset_and_checks_its_arguments():
         sluice.pydantic_ai.GatedToolset(toolset, gate=gate, credential="nobody")
     with pytest.raises(ValueError, match="not the string"):
         sluice.pydantic_ai.GatedToolset(toolset, gate=gate, credential="support", reads="get_usage")
+
+
+def test_a_tools_own_model_retry_reaches_pydantic_ai():
+    from pydantic_ai import ModelRetry
+
+    attempts = []
+
+    async def get_usage(customer_id: str) -> dict:
+        """A customer's usage this month."""
+        attempts.append(customer_id)
+        if customer_id != "c1":
+            raise ModelRetry("customer ids look like c1")
+        return {"customer_id": customer_id}
+
+    seen = []
+
+    def model(messages, info: AgentInfo) -> ModelResponse:
+        seen[:] = [part for message in messages for part in getattr(message, "parts", [])]
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("get_usage", {"customer_id": "one"}, tool_call_id="a")])
+        if len(messages) == 3:
+            return ModelResponse(parts=[ToolCallPart("get_usage", {"customer_id": "c1"}, tool_call_id="b")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    toolset = sluice.pydantic_ai.GatedToolset(
+        FunctionToolset([get_usage]), gate=frameworks.gate(), credential="support", reads=["get_usage"]
+    )
+    result = Agent(FunctionModel(model), toolsets=[toolset]).run_sync("usage?")
+    assert result.output == "done"
+    assert attempts == ["one", "c1"], "sluice did not retry the tool itself"
+    # pydantic-ai's own retry message, not a sluice error outcome.
+    retry = [part for part in seen if getattr(part, "tool_call_id", None) == "a" and not isinstance(part, ToolCallPart)]
+    assert [part.content for part in retry] == ["customer ids look like c1"]
