@@ -16,19 +16,27 @@ from __future__ import annotations
 import json
 import sys
 from asyncio import Task, get_running_loop
-from typing import Any, Awaitable, Callable, Coroutine, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Dict, Optional, Tuple
 
 Answer = Tuple[Any, ...]
 
 _HTTP_MODULES = ("httpx", "httpx2")
 
 
-def _modules() -> List[Any]:
-    return [sys.modules[name] for name in _HTTP_MODULES if name in sys.modules]
+# One encoder for every tool's value: `json.dumps(value, allow_nan=False)`
+# would build a new one per call.
+_JSON = json.JSONEncoder(allow_nan=False)
 
 
 def _types(name: str) -> Tuple[type, ...]:
-    return tuple(getattr(module, name) for module in _modules() if hasattr(module, name))
+    """The class ``name`` of httpx and of httpx2, whichever are imported.
+    One plain loop: it runs on every attempt's value."""
+    found = []
+    for module_name in _HTTP_MODULES:
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            found.append(getattr(module, name))
+    return tuple(found)
 
 
 def describe(error: BaseException) -> str:
@@ -66,7 +74,7 @@ async def run_tool(fn: Callable[..., Awaitable[Any]], args: Optional[Dict[str, A
     if isinstance(value, _types("Response")):
         return await read_response(value)
     try:
-        body = json.dumps(value, allow_nan=False).encode()
+        body = _JSON.encode(value).encode()
     except (TypeError, ValueError) as error:
         return ("raised", f"the tool returned a value that is not JSON: {describe(error)}")
     return ("response", 200, [(b"content-type", b"application/json")], body)
