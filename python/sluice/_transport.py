@@ -99,7 +99,7 @@ def finish(module: Any, request: Any, answer: Any, attempts: _attempt.Attempts) 
     if response is not None and status in ("ok", "error"):
         if response is True:
             own = attempts.response
-            if _attempt.loaded(own):
+            if attempts.loaded:
                 # This request's own last attempt, whose body the inner
                 # transport had already read (a response built in memory):
                 # handed back as it came, as without sluice.
