@@ -48,7 +48,11 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The transports subclass httpx's: import httpx only when they are used.
     if name in ("HTTPTransport", "SyncHTTPTransport"):
-        from . import _httpx
+        import httpx
 
-        return getattr(_httpx, name)
+        from ._transport import transports
+
+        built = transports(httpx, "httpcore._backends.anyio", __name__)
+        globals().update(HTTPTransport=built[0], SyncHTTPTransport=built[1])
+        return globals()[name]
     raise AttributeError(f"module 'sluice' has no attribute {name!r}")

@@ -16,19 +16,27 @@ from __future__ import annotations
 import json
 import sys
 from asyncio import Task, get_running_loop
-from typing import Any, Awaitable, Callable, Coroutine, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Dict, Optional, Tuple
 
 Answer = Tuple[Any, ...]
 
 _HTTP_MODULES = ("httpx", "httpx2")
 
 
-def _modules() -> List[Any]:
-    return [sys.modules[name] for name in _HTTP_MODULES if name in sys.modules]
+# One encoder for every tool's value: `json.dumps(value, allow_nan=False)`
+# would build a new one per call.
+_JSON = json.JSONEncoder(allow_nan=False)
 
 
 def _types(name: str) -> Tuple[type, ...]:
-    return tuple(getattr(module, name) for module in _modules() if hasattr(module, name))
+    """The class ``name`` of httpx and of httpx2, whichever are imported.
+    One plain loop: it runs on every attempt's value."""
+    found = []
+    for module_name in _HTTP_MODULES:
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            found.append(getattr(module, name))
+    return tuple(found)
 
 
 def describe(error: BaseException) -> str:
@@ -66,7 +74,7 @@ async def run_tool(fn: Callable[..., Awaitable[Any]], args: Optional[Dict[str, A
     if isinstance(value, _types("Response")):
         return await read_response(value)
     try:
-        body = json.dumps(value, allow_nan=False).encode()
+        body = _JSON.encode(value).encode()
     except (TypeError, ValueError) as error:
         return ("raised", f"the tool returned a value that is not JSON: {describe(error)}")
     return ("response", 200, [(b"content-type", b"application/json")], body)
@@ -84,24 +92,27 @@ def loaded(response: Any) -> bool:
 class Attempts:
     """What the transport remembers of its last attempt: the exception
     (re-raised when the call ends without a response), or the response and
-    its raw body (handed back when the call ends on it)."""
+    its raw body (handed back when the call ends on it), and whether the
+    inner transport had read that body itself (see :func:`loaded`)."""
 
-    __slots__ = ("error", "response", "body")
+    __slots__ = ("error", "response", "body", "loaded")
 
     def __init__(self) -> None:
         self.error: Optional[BaseException] = None
         self.response: Any = None
         self.body = b""
+        self.loaded = False
 
     def failed(self, error: BaseException) -> Answer:
         self.error = error
         self.response = None
         return transport_failure(error)
 
-    def answered(self, response: Any, body: bytes) -> Answer:
+    def answered(self, response: Any, body: bytes, loaded: bool) -> Answer:
         self.error = None
         self.response = response
         self.body = body
+        self.loaded = loaded
         return ("response", response.status_code, list(response.headers.raw), body)
 
 
@@ -109,6 +120,9 @@ async def send_async(inner: Any, request: Any, attempts: Attempts) -> Answer:
     """One attempt of a request through the inner async transport, its raw body read."""
     try:
         response = await inner.handle_async_request(request)
+        # Asked once: a response not read raises to say so, and an
+        # exception per request is a cost worth not paying twice.
+        ready = loaded(response)
         try:
             # The raw stream, as the server sent it (still encoded): the
             # response handed back decodes it once. Read from the stream
@@ -118,24 +132,25 @@ async def send_async(inner: Any, request: Any, attempts: Attempts) -> Answer:
             # One whose body the transport had read (built in memory) holds
             # nothing open: left as it came, so that if it is handed back
             # (see `_transport.finish`) the client closes it as usual.
-            if not loaded(response):
+            if not ready:
                 await response.aclose()
     except Exception as error:
         return attempts.failed(error)
-    return attempts.answered(response, body)
+    return attempts.answered(response, body, ready)
 
 
 def send_sync(inner: Any, request: Any, attempts: Attempts) -> Answer:
     """One attempt of a request through the inner sync transport, its raw body read."""
     try:
         response = inner.handle_request(request)
+        ready = loaded(response)
         try:
             body = b"".join(response.stream)
         finally:
             response.close()
     except Exception as error:
         return attempts.failed(error)
-    return attempts.answered(response, body)
+    return attempts.answered(response, body, ready)
 
 
 if sys.version_info >= (3, 12):

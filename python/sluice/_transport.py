@@ -1,13 +1,18 @@
-"""The httpx transport's logic, for httpx and httpx2 alike: every request is
-a call on one credential, in the current turn (``with turn:``) or a turn of
-its own; the engine paces it, reads the server's headers and retries it
-through the bucket; the inner transport sends each attempt."""
+"""The httpx transports, for httpx and httpx2 alike: every request is a call
+on one credential, in the current turn (``with turn:``) or a turn of its
+own; the engine paces it, reads the server's headers and retries it through
+the bucket; the inner transport sends each attempt.
+
+httpx2 is a fork of httpx with the same names, so both modules get their
+transport classes from one function, :func:`transports`:
+``sluice.HTTPTransport`` is built for httpx, ``sluice.httpx2.HTTPTransport``
+for httpx2."""
 
 from __future__ import annotations
 
 import importlib
 from functools import partial
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, Type
 
 from . import _attempt
 from ._errors import Deferred, Error
@@ -94,7 +99,7 @@ def finish(module: Any, request: Any, answer: Any, attempts: _attempt.Attempts) 
     if response is not None and status in ("ok", "error"):
         if response is True:
             own = attempts.response
-            if _attempt.loaded(own):
+            if attempts.loaded:
                 # This request's own last attempt, whose body the inner
                 # transport had already read (a response built in memory):
                 # handed back as it came, as without sluice.
@@ -136,3 +141,67 @@ def handle_sync(route: Route, module: Any, inner: Any, request: Any) -> Any:
     turn = route.turn()
     answer = turn.run_request_blocking(route.prepare(turn, request, start, True))
     return finish(module, request, answer, attempts)
+
+
+def transports(module: Any, backend: str, home: str) -> Tuple[Type[Any], Type[Any]]:
+    """``HTTPTransport`` and ``SyncHTTPTransport`` for ``module`` (httpx or
+    httpx2), as public names of the module ``home``. ``backend`` is the
+    module the async inner transport imports on its first connection."""
+    lib = module.__name__
+
+    class HTTPTransport(module.AsyncBaseTransport):  # type: ignore[misc, name-defined]
+        __doc__ = f"""An ``{lib}.AsyncBaseTransport`` that gates every request on one
+        credential, wrapping {lib}'s own transport (or ``transport``).
+
+        ``{lib}.AsyncClient(transport={home}.HTTPTransport(gate, credential="openai"))``
+        gives any SDK sluice: requests are paced by the credential's bucket,
+        the server's rate-limit headers are read, retryable answers are retried
+        through the same bucket, and a request sluice defers raises
+        :class:`sluice.Deferred` carrying the outcome. Requests made inside
+        ``with turn:`` share that turn (single-flight for identical GETs).
+        ``deadline_ms`` bounds each request, waits and retries included."""
+
+        def __init__(
+            self,
+            gate: Gate,
+            credential: str,
+            *,
+            transport: Optional[Any] = None,
+            deadline_ms: Optional[float] = None,
+        ) -> None:
+            self._route = Route(gate, credential, deadline_ms)
+            self._inner = transport if transport is not None else module.AsyncHTTPTransport()
+            warm(backend)
+
+        async def handle_async_request(self, request: Any) -> Any:
+            return await handle_async(self._route, module, self._inner, request)
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    class SyncHTTPTransport(module.BaseTransport):  # type: ignore[misc, name-defined]
+        __doc__ = f"""The synchronous twin of :class:`HTTPTransport`, a ``{lib}.BaseTransport``:
+        ``{lib}.Client(transport={home}.SyncHTTPTransport(gate, credential="openai"))``.
+        A request blocks its thread while sluice waits for a slot."""
+
+        def __init__(
+            self,
+            gate: Gate,
+            credential: str,
+            *,
+            transport: Optional[Any] = None,
+            deadline_ms: Optional[float] = None,
+        ) -> None:
+            self._route = Route(gate, credential, deadline_ms)
+            self._inner = transport if transport is not None else module.HTTPTransport()
+
+        def handle_request(self, request: Any) -> Any:
+            return handle_sync(self._route, module, self._inner, request)
+
+        def close(self) -> None:
+            self._inner.close()
+
+    for cls in (HTTPTransport, SyncHTTPTransport):
+        cls.__module__ = home
+        cls.__qualname__ = cls.__name__
+    return HTTPTransport, SyncHTTPTransport

@@ -17,10 +17,10 @@ def examples():
     return BLOCK.findall(DOC.read_text(encoding="utf-8"))
 
 
-def test_the_guide_has_its_two_runnable_examples():
+def test_the_guide_has_its_four_runnable_examples():
     if not DOC.exists():
         pytest.skip("docs/python.md is not beside this checkout")
-    assert len(examples()) == 2
+    assert len(examples()) == 4
 
 
 @pytest.mark.parametrize("index", range(len(examples())))
