@@ -209,15 +209,14 @@ class Turn {
     return this.#core.upstreamRequests();
   }
 
-  _prepare(tool, args, deadlineMs, extra) {
+  _prepare(tool, args, deadlineMs, fn = this.#gate._function(tool)) {
     const text = argsText(args);
     const due = deadline(deadlineMs);
-    const fn = this.#gate._function(tool);
     if (fn === undefined) {
       return this.#core.tool(String(tool), text, due);
     }
     const parsed = JSON.parse(text);
-    const start = () => attempt(fn.fn, parsed, extra);
+    const start = () => attempt(fn.fn, parsed);
     return this.#core.function(tool, fn.credential, fn.read, fn.idempotent, fn.deadlineMs, text, due, start);
   }
 
@@ -226,8 +225,16 @@ class Turn {
    * overrides the tool's deadline; `signal` cancels the call.
    */
   async call(tool, args, options) {
-    const prepared = this._prepare(tool, args, options?.deadlineMs, options?.extra);
-    const text = await cancellable(options?.signal, (canceller) => this.#core.run(prepared, canceller));
+    return this._run(this._prepare(tool, args, options?.deadlineMs), options?.signal);
+  }
+
+  /** One call of `fn` ({ fn, credential, read, idempotent, deadlineMs }) as the tool `tool`. */
+  async _callFunction(tool, fn, args, options) {
+    return this._run(this._prepare(tool, args, options?.deadlineMs, fn), options?.signal);
+  }
+
+  async _run(prepared, signal) {
+    const text = await cancellable(signal, (canceller) => this.#core.run(prepared, canceller));
     return new Outcome(text);
   }
 
