@@ -152,31 +152,66 @@ class Gate {
   fetch(credential, options) {
     const name = this.#credential(credential);
     const base = deadline(options?.deadlineMs);
-    const gate = this;
+    const core = this.#core;
     return async function sluiceFetch(input, init) {
-      const request = new Request(input, init);
+      const request = await readRequest(input, init);
       const signal = init?.signal ?? (input instanceof Request ? input.signal : undefined);
-      const body = request.body === null ? undefined : Buffer.from(await request.arrayBuffer());
-      const headers = [];
-      for (const [key, value] of request.headers) headers.push(key, value);
-      const turn = gate.#core.turn();
-      let prepared;
+      const call = { credential: name, ...request, deadlineMs: base };
+      let answer;
       try {
-        prepared = turn.fetch(name, request.method, request.url, headers, body, base);
+        answer = await cancellable(signal, (canceller) => core.fetch(call, canceller));
       } catch (error) {
         throw typeError(error);
       }
-      const answer = await cancellable(signal, (canceller) => turn.runFetch(prepared, canceller));
-      const outcome = new Outcome(answer.outcome);
-      if (answer.status !== null && answer.status !== undefined && (outcome.status === "ok" || outcome.status === "error")) {
+      if (answer.outcome === null || answer.outcome === undefined) {
         return respond(answer, request.url);
       }
+      const outcome = new Outcome(answer.outcome);
       if (outcome.status === "error") {
         throw new TypeError(`fetch failed: ${outcome.message}`, { cause: outcome });
       }
       throw new SluiceDeferred(outcome);
     };
   }
+}
+
+// fetch normalizes these methods' case (Fetch standard, "normalize a method").
+const NORMALIZED = new Set(["DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"]);
+
+/**
+ * `{ method, url, headers (flat), body }` of a fetch call. The common call,
+ * a URL with a string or bytes body (what SDKs send), is read directly; any
+ * other goes through a `Request`, which reads it as fetch does.
+ */
+async function readRequest(input, init) {
+  const body = init?.body;
+  const simple =
+    (typeof input === "string" || input instanceof URL) &&
+    (body === undefined || body === null || typeof body === "string" || body instanceof Uint8Array || body instanceof ArrayBuffer);
+  if (!simple) {
+    const request = new Request(input, init);
+    const headers = [];
+    for (const [key, value] of request.headers) headers.push(key, value);
+    const bytes = request.body === null ? undefined : Buffer.from(await request.arrayBuffer());
+    return { method: request.method, url: request.url, headers, body: bytes };
+  }
+  let method = init?.method === undefined ? "GET" : String(init.method);
+  if (NORMALIZED.has(method.toUpperCase())) method = method.toUpperCase();
+  const url = new URL(input).href;
+  const given = new Headers(init?.headers);
+  let bytes;
+  if (body !== undefined && body !== null) {
+    if (method === "GET" || method === "HEAD") throw new TypeError("a GET or HEAD request cannot have a body");
+    if (typeof body === "string") {
+      bytes = Buffer.from(body);
+      if (!given.has("content-type")) given.set("content-type", "text/plain;charset=UTF-8");
+    } else {
+      bytes = Buffer.from(body instanceof ArrayBuffer ? new Uint8Array(body) : body);
+    }
+  }
+  const headers = [];
+  for (const [key, value] of given) headers.push(key, value);
+  return { method, url, headers, body: bytes };
 }
 
 // Statuses whose response has no body (Fetch standard, "null body status").

@@ -67,6 +67,15 @@ test("gate.fetch hands back the server's error responses and refuses other origi
     assert.equal(missing.status, 404);
     const posted = await sluiceFetch(new Request(`${fake.url}/v1/things`, { method: "POST", body: "{}" }));
     assert.equal(posted.status, 200);
+    const bytes = await sluiceFetch(new URL(`${fake.url}/v1/bytes`), {
+      method: "post",
+      body: new TextEncoder().encode("{}"),
+      headers: { "content-type": "application/json" },
+    });
+    assert.equal(bytes.status, 200);
+    assert.equal(bytes.url, `${fake.url}/v1/bytes`);
+    assert.deepEqual(fake.requests().filter((r) => r.method === "POST").map((r) => [r.method, r.path]), [["POST", "/v1/things"], ["POST", "/v1/bytes"]]);
+    await assert.rejects(sluiceFetch(`${fake.url}/x`, { body: "not on a GET" }), TypeError);
     await assert.rejects(sluiceFetch("http://127.0.0.1:9/elsewhere"), TypeError);
     await assert.rejects(sluiceFetch(`${fake.url}/x`, { method: "BAD METHOD" }), TypeError);
   } finally {

@@ -5,15 +5,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use napi::bindgen_prelude::{Either, block_on, within_runtime_if_available};
-use napi::{Error, Status};
+use napi::bindgen_prelude::{Either, PromiseRaw, block_on, within_runtime_if_available};
+use napi::{Env, Error, Status};
 use napi_derive::napi;
 use sluice::Gate;
 use sluice_config::{ConfigError, EmbeddedConfig, ToolSpec, Upstream};
 use sluice_redis::RedisBudget;
 use sluice_server::{HttpExecutor, redis_config};
 
+use crate::cancel::{Canceller, aborted_of, cancellable};
 use crate::executor::JsExecutor;
+use crate::fetch::{FetchAnswer, FetchRequest, fetch_answer, fetch_call};
 use crate::turn::TurnCore;
 
 /// What a gate and its turns share.
@@ -128,6 +130,23 @@ impl GateCore {
     #[napi]
     pub fn tools(&self) -> Vec<String> {
         self.state.tools.keys().cloned().collect()
+    }
+
+    /// Sends a `gate.fetch` request as a call in a turn of its own: a
+    /// promise of its [`FetchAnswer`].
+    #[napi(catch_unwind, ts_return_type = "Promise<FetchAnswer>")]
+    pub fn fetch<'env>(
+        &self,
+        env: &'env Env,
+        request: FetchRequest,
+        canceller: Option<&Canceller>,
+    ) -> napi::Result<PromiseRaw<'env, FetchAnswer>> {
+        let completion = fetch_call(&self.state, request)?;
+        let aborted = aborted_of(canceller);
+        env.spawn_future(async move {
+            let completion = cancellable(completion, aborted).await?;
+            fetch_answer(&completion)
+        })
     }
 
     /// Calls in flight on a credential's own scope.

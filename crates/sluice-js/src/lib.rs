@@ -34,5 +34,6 @@ mod turn;
 // the boundary reads in one place.
 pub use cancel::Canceller;
 pub use fake::{FakeCore, FakeOptions};
+pub use fetch::{FetchAnswer, FetchRequest};
 pub use gate::{ConfigProblem, GateCore, open_gate};
-pub use turn::{FetchAnswer, Prepared, TurnCore};
+pub use turn::{Prepared, TurnCore};

@@ -5,11 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::future::join_all;
 use http::HeaderValue;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
-use napi::bindgen_prelude::{Buffer, ClassInstance, PromiseRaw};
+use napi::bindgen_prelude::{ClassInstance, PromiseRaw};
 use napi::{Env, Error, Status};
 use napi_derive::napi;
 use parking_lot::Mutex;
@@ -19,7 +18,6 @@ use sluice_server::{HttpRequest, Outbound};
 
 use crate::cancel::{Canceller, aborted_of, cancellable};
 use crate::executor::{JsExecutor, JsWork, Payload, Start, outcome_of};
-use crate::fetch;
 use crate::gate::GateState;
 
 /// A call ready to run, or the outcome that answers it without sending.
@@ -47,20 +45,6 @@ impl Prepared {
             .take()
             .ok_or_else(|| Error::new(Status::InvalidArg, "this call has already been run"))
     }
-}
-
-/// What a `gate.fetch` request ended with: the outcome, and the response
-/// when there was one (an `ok` or an upstream `error`).
-#[napi(object)]
-pub struct FetchAnswer {
-    /// The outcome as the sidecar's JSON text.
-    pub outcome: String,
-    /// The response's status.
-    pub status: Option<u32>,
-    /// The response's headers, flat: name, value, name, value, ….
-    pub headers: Option<Vec<String>>,
-    /// The response's body.
-    pub body: Option<Buffer>,
 }
 
 /// One model step's turn; `Turn` in `js/lib/gate.js` wraps it.
@@ -97,7 +81,7 @@ fn object_args(args: &str) -> Option<Map<String, Value>> {
 }
 
 /// A call-given deadline: at least 1 ms, at most the engine's week.
-fn deadline(label: &str, deadline_ms: Option<f64>) -> Result<Option<Duration>, Outcome> {
+pub(crate) fn deadline(label: &str, deadline_ms: Option<f64>) -> Result<Option<Duration>, Outcome> {
     match deadline_ms {
         None => Ok(None),
         Some(ms) if ms >= 1.0 => Ok(Some(Duration::from_millis(
@@ -110,7 +94,7 @@ fn deadline(label: &str, deadline_ms: Option<f64>) -> Result<Option<Duration>, O
     }
 }
 
-fn with_deadline(call: Call<Payload>, deadline: Option<Duration>) -> Call<Payload> {
+pub(crate) fn with_deadline(call: Call<Payload>, deadline: Option<Duration>) -> Call<Payload> {
     match deadline {
         Some(deadline) => call.deadline(deadline),
         None => call,
@@ -118,7 +102,7 @@ fn with_deadline(call: Call<Payload>, deadline: Option<Duration>) -> Call<Payloa
 }
 
 /// The outcome as the sidecar returns it.
-fn outcome_json(completion: &Completion) -> napi::Result<String> {
+pub(crate) fn outcome_json(completion: &Completion) -> napi::Result<String> {
     serde_json::to_string(&outcome_of(completion)).map_err(|error| {
         Error::new(
             Status::GenericFailure,
@@ -178,39 +162,6 @@ impl TurnCore {
         Prepared::new(Ok(with_deadline(call, deadline)))
     }
 
-    /// A request through `gate.fetch`: sent from Rust, to the credential's
-    /// origin. `headers` is flat (name, value, …). A request that cannot be
-    /// sent there throws `InvalidArg` with the reason.
-    #[napi(catch_unwind)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn fetch(
-        &self,
-        credential: String,
-        method: String,
-        url: String,
-        headers: Vec<String>,
-        body: Option<Buffer>,
-        deadline_ms: Option<f64>,
-    ) -> napi::Result<Prepared> {
-        let label = format!("http:{credential}");
-        let deadline = match deadline(&label, deadline_ms) {
-            Ok(deadline) => deadline,
-            Err(outcome) => return Ok(Prepared::new(Err(outcome))),
-        };
-        let Some(upstream) = self.state.upstreams.get(&credential) else {
-            return Err(Error::new(
-                Status::InvalidArg,
-                format!("unknown credential {credential:?}"),
-            ));
-        };
-        let body = body.map_or_else(Bytes::new, |body| Bytes::copy_from_slice(&body));
-        let (route, outbound) =
-            fetch::prepare(&credential, upstream, &method, &url, &headers, body)
-                .map_err(|message| Error::new(Status::InvalidArg, message))?;
-        let call = Call::routed(&label, route, Payload::Http(Arc::new(outbound)));
-        Ok(Prepared::new(Ok(with_deadline(call, deadline))))
-    }
-
     /// Runs one call: a promise of its outcome as JSON text.
     #[napi(catch_unwind, ts_return_type = "Promise<string>")]
     pub fn run<'env>(
@@ -244,41 +195,6 @@ impl TurnCore {
         env.spawn_future(async move {
             let completions = cancellable(join_all(calls), aborted).await?;
             completions.iter().map(outcome_json).collect()
-        })
-    }
-
-    /// Runs a `gate.fetch` request: a promise of its [`FetchAnswer`].
-    #[napi(catch_unwind, ts_return_type = "Promise<FetchAnswer>")]
-    pub fn run_fetch<'env>(
-        &self,
-        env: &'env Env,
-        prepared: &Prepared,
-        canceller: Option<&Canceller>,
-    ) -> napi::Result<PromiseRaw<'env, FetchAnswer>> {
-        let completion = self.complete(prepared.take()?);
-        let aborted = aborted_of(canceller);
-        env.spawn_future(async move {
-            let completion = cancellable(completion, aborted).await?;
-            let outcome = outcome_json(&completion)?;
-            let Some(response) = &completion.response else {
-                return Ok(FetchAnswer {
-                    outcome,
-                    status: None,
-                    headers: None,
-                    body: None,
-                });
-            };
-            let mut headers = Vec::with_capacity(response.headers().len() * 2);
-            for (name, value) in response.headers() {
-                headers.push(name.as_str().to_owned());
-                headers.push(String::from_utf8_lossy(value.as_bytes()).into_owned());
-            }
-            Ok(FetchAnswer {
-                outcome,
-                status: Some(u32::from(response.status().as_u16())),
-                headers: Some(headers),
-                body: Some(Buffer::from(response.body().to_vec())),
-            })
         })
     }
 
