@@ -1,9 +1,10 @@
 // The cost of gate.fetch: sequential GETs to a loopback server (node:http,
 // in a process of its own, answering a small JSON body), through Node's
-// bare fetch and through gate.fetch, in alternating rounds; the median of
-// the rounds' per-request times.
+// bare fetch and through gate.fetch, one of each in turn (which goes first
+// alternates), each request timed: the medians, so that a busy machine's
+// preemptions weigh on both alike and on neither's median.
 //
-//   node bench/overhead.mjs [--rounds N] [--per-round N] [--json]
+//   node bench/overhead.mjs [--requests N] [--json]
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 
@@ -14,8 +15,7 @@ const option = (name, fallback) => {
   const at = args.indexOf(name);
   return at >= 0 ? Number(args[at + 1]) : fallback;
 };
-const rounds = option("--rounds", 15);
-const perRound = option("--per-round", 400);
+const requests = option("--requests", 5000);
 
 const median = (values) => {
   const sorted = [...values].sort((a, b) => a - b);
@@ -39,40 +39,41 @@ const api = { url: `http://127.0.0.1:${String(port).trim()}` };
 const gate = new Gate({ credentials: { loopback: { base_url: api.url } } });
 const clients = { "bare fetch": fetch, "gate.fetch": gate.fetch("loopback") };
 
-async function round(send, n) {
+async function timed(send, i) {
   const started = process.hrtime.bigint();
-  for (let i = 0; i < n; i++) {
-    const response = await send(`${api.url}/items/${i}`);
-    await response.arrayBuffer();
-    if (response.status !== 200) throw new Error(`status ${response.status}`);
-  }
-  return Number(process.hrtime.bigint() - started) / 1e3 / n;
+  const response = await send(`${api.url}/items/${i}`);
+  await response.arrayBuffer();
+  const took = Number(process.hrtime.bigint() - started) / 1e3;
+  if (response.status !== 200) throw new Error(`status ${response.status}`);
+  return took;
 }
 
-for (const send of Object.values(clients)) await round(send, 200); // warm: connections, JIT
-const times = Object.fromEntries(Object.keys(clients).map((name) => [name, []]));
-for (let r = 0; r < rounds; r++) {
-  // Alternating order, so that neither always runs first.
-  const names = r % 2 ? Object.keys(clients).reverse() : Object.keys(clients);
-  for (const name of names) times[name].push(await round(clients[name], perRound));
+const names = Object.keys(clients);
+for (let i = 0; i < 300; i++) for (const name of names) await timed(clients[name], i); // warm: connections, JIT
+const times = Object.fromEntries(names.map((name) => [name, []]));
+for (let i = 0; i < requests; i++) {
+  const order = i % 2 ? [...names].reverse() : names;
+  for (const name of order) times[name].push(await timed(clients[name], i));
 }
 server.kill();
 
+const percentile = (values, p) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) * p)];
 const bare = median(times["bare fetch"]);
 const gated = median(times["gate.fetch"]);
 const result = {
   node: process.version,
-  rounds,
-  per_round: perRound,
+  requests,
   bare_fetch_us: Number(bare.toFixed(1)),
   gate_fetch_us: Number(gated.toFixed(1)),
+  bare_fetch_p90_us: Number(percentile(times["bare fetch"], 0.9).toFixed(1)),
+  gate_fetch_p90_us: Number(percentile(times["gate.fetch"], 0.9).toFixed(1)),
   added_us: Number((gated - bare).toFixed(1)),
   added_percent: Number((((gated - bare) / bare) * 100).toFixed(1)),
 };
 if (args.includes("--json")) {
   console.log(JSON.stringify(result));
 } else {
-  console.log(`per request (median of ${rounds} rounds of ${perRound}, Node ${process.version}):`);
-  console.log(`  bare fetch   ${result.bare_fetch_us} µs`);
-  console.log(`  gate.fetch   ${result.gate_fetch_us} µs  (${result.added_percent >= 0 ? "+" : ""}${result.added_percent}%)`);
+  console.log(`per request, median (p90) of ${requests} each, Node ${process.version}:`);
+  console.log(`  bare fetch   ${result.bare_fetch_us} µs (${result.bare_fetch_p90_us})`);
+  console.log(`  gate.fetch   ${result.gate_fetch_us} µs (${result.gate_fetch_p90_us})  ${result.added_percent >= 0 ? "+" : ""}${result.added_percent}%`);
 }
