@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::{HttpExecutor, Outbound};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use napi::Status;
@@ -13,7 +14,6 @@ use napi::bindgen_prelude::Promise;
 use napi::threadsafe_function::ThreadsafeFunction;
 use serde_json::Value;
 use sluice::{Completion, Executor, Outcome, Request, TransportError};
-use sluice_server::{HttpExecutor, Outbound};
 
 /// A function tool's attempt: called with nothing, it answers a promise of
 /// the attempt's answer as JSON text (`js/lib/attempt.js`). Weak: a call

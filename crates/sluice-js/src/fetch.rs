@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::{HttpRequest, Outbound, Url};
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use http::uri::PathAndQuery;
@@ -13,7 +14,6 @@ use napi::{Error, Status};
 use napi_derive::napi;
 use sluice::{Call, Completion, Outcome, Route};
 use sluice_config::Upstream;
-use sluice_server::{HttpRequest, Outbound, Url};
 
 use crate::executor::{Payload, outcome_of};
 use crate::gate::GateState;
@@ -118,7 +118,10 @@ pub(crate) fn fetch_call(
             let Some(upstream) = state.upstreams.get(&request.credential) else {
                 return Err(Error::new(
                     Status::InvalidArg,
-                    format!("unknown credential {:?}", request.credential),
+                    format!(
+                        "credential {:?} has no base_url: gate.fetch sends only to a credential's origin",
+                        request.credential
+                    ),
                 ));
             };
             let body = request

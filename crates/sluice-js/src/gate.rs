@@ -5,13 +5,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::{HttpExecutor, redis_config};
 use napi::bindgen_prelude::{Either, PromiseRaw, block_on, within_runtime_if_available};
 use napi::{Env, Error, Status};
 use napi_derive::napi;
 use sluice::Gate;
 use sluice_config::{ConfigError, EmbeddedConfig, ToolSpec, Upstream};
 use sluice_redis::RedisBudget;
-use sluice_server::{HttpExecutor, redis_config};
 
 use crate::cancel::{Canceller, aborted_of, cancellable};
 use crate::executor::JsExecutor;

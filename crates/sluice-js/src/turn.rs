@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::{HttpRequest, Outbound, join};
 use futures_util::future::join_all;
 use http::HeaderValue;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
@@ -14,7 +15,6 @@ use napi_derive::napi;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
-use sluice_server::{HttpRequest, Outbound};
 
 use crate::cancel::{Canceller, aborted_of, cancellable};
 use crate::executor::{JsExecutor, JsWork, Payload, Start, outcome_of};
@@ -224,7 +224,7 @@ impl TurnCore {
         let Some(upstream) = self.state.upstreams.get(&spec.credential) else {
             return Err(refuse(format!("unknown credential {:?}", spec.credential)));
         };
-        let target = sluice_server::fuzzing::join(
+        let target = join(
             &upstream.base_url,
             &rendered.path,
             rendered.query.as_deref(),
