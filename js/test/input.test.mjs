@@ -151,6 +151,22 @@ test("no input crashes: each is an outcome, a TypeError or a RangeError", async 
       await assert.rejects(FakeApi.start(options), RangeError, JSON.stringify(options));
     }
     assert.equal(gate.inFlight("nobody"), 0);
+    const sluiceFetch = gate.fetch("support");
+    const badFetches = [
+      [undefined],
+      [123],
+      ["not a url"],
+      [`${fake.url}/x`, { headers: { "bad header": "x" } }],
+      [`${fake.url}/x`, { method: "GET", body: "x" }],
+      [`${fake.url}/x`, { method: "BAD METHOD" }],
+      [`${fake.url}/x`, { signal: "not a signal" }],
+      ["http://127.0.0.1:1/elsewhere"],
+    ];
+    for (const call of badFetches) {
+      await assert.rejects(sluiceFetch(...call), TypeError, JSON.stringify(call));
+    }
+    const functionsOnly = new Gate({ credentials: { billing: {} } });
+    await assert.rejects(functionsOnly.fetch("billing")("http://127.0.0.1:9/x"), /has no base_url/);
   } finally {
     fake.close();
   }
