@@ -84,6 +84,9 @@ test("generateText runs the 8 calls through gateTools; the model sees deferrals 
     const byId = Object.fromEntries(results.map((part) => [part.toolCallId, part.output]));
     assert.deepEqual(byId["call-3"], byId["call-0"], "the duplicate has the first one's answer");
     const answered = results.filter((part) => part.output.value?.path);
+    // The step's calls asked for slots in the model's order: the first three got them.
+    const ids = answered.map((part) => part.toolCallId);
+    for (const id of ["call-0", "call-1", "call-2", "call-3"]) assert.ok(ids.includes(id), `${id} in ${ids}`);
     assert.equal(answered.length + deferred.length, 8);
     assert.ok(result.steps[0].content.every((part) => part.type !== "tool-error"));
   } finally {

@@ -10,8 +10,9 @@
 //! `FakeApi`, `sluice/ai`) in JavaScript on the few classes exported here.
 //!
 //! - **Calls run on napi-rs' tokio runtime.** Each call is a Rust future
-//!   spawned there; JavaScript gets a promise of its outcome, as the
-//!   sidecar's JSON text. An `AbortSignal` reaches the future through a
+//!   run there; JavaScript gets a promise of its outcome, as the sidecar's
+//!   JSON text. A turn's calls are first polled in the order they were made
+//!   (`order.rs`), so the first call made is the first to get a slot. An `AbortSignal` reaches the future through a
 //!   [`cancel::Canceller`], which drops it: the call is cancelled.
 //! - **HTTP is sent from Rust.** A configured tool's request and a request
 //!   through `gate.fetch` go through the sidecar's HTTP executor, so their
@@ -33,6 +34,7 @@ mod executor;
 mod fake;
 mod fetch;
 mod gate;
+mod order;
 mod turn;
 
 // What JavaScript sees (`js/sluice.node`), named here so the Rust side of

@@ -19,6 +19,7 @@ use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
 use crate::cancel::{Canceller, aborted_of, cancellable};
 use crate::executor::{JsExecutor, JsWork, Payload, Start, outcome_of};
 use crate::gate::GateState;
+use crate::order::Ordered;
 
 /// A call ready to run, or the outcome that answers it without sending.
 type Ready = Result<Call<Payload>, Outcome>;
@@ -52,12 +53,18 @@ impl Prepared {
 pub struct TurnCore {
     state: Arc<GateState>,
     turn: Turn<JsExecutor>,
+    /// Its single calls, polled in the order they were made.
+    ordered: Ordered,
 }
 
 impl TurnCore {
     pub(crate) fn new(state: Arc<GateState>) -> Self {
         let turn = state.gate.turn();
-        TurnCore { state, turn }
+        TurnCore {
+            state,
+            turn,
+            ordered: Ordered::default(),
+        }
     }
 
     fn complete(&self, ready: Ready) -> impl Future<Output = Completion> + Send + 'static {
@@ -172,10 +179,10 @@ impl TurnCore {
     ) -> napi::Result<PromiseRaw<'env, String>> {
         let completion = self.complete(prepared.take()?);
         let aborted = aborted_of(canceller);
-        env.spawn_future(async move {
+        env.spawn_future(self.ordered.run(async move {
             let completion = cancellable(completion, aborted).await?;
             outcome_json(&completion)
-        })
+        }))
     }
 
     /// Runs calls concurrently: a promise of one outcome (JSON text) per
