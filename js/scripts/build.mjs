@@ -35,8 +35,10 @@ if (built.status !== 0) {
 const targetDir = process.env.CARGO_TARGET_DIR
   ? resolve(root, process.env.CARGO_TARGET_DIR)
   : join(root, "target");
-// cargo puts the `dev` profile in target/debug.
-const out = join(targetDir, profile === "dev" ? "debug" : profile);
+// cargo puts `dev` and `test` in target/debug, `bench` in target/release,
+// any other profile in a folder of its name.
+const folders = { dev: "debug", test: "debug", bench: "release" };
+const out = join(targetDir, folders[profile] ?? profile);
 const names = {
   linux: "libsluice_js.so",
   darwin: "libsluice_js.dylib",
