@@ -11,7 +11,7 @@ pytest.importorskip("langgraph", reason="the langgraph extra is not installed")
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
-from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 from langgraph.prebuilt import ToolNode as PrebuiltToolNode  # noqa: E402
 from langgraph.prebuilt import tools_condition  # noqa: E402
 
