@@ -185,10 +185,14 @@ impl Leases {
                 // command timeout, twice: a reservation that timed out is
                 // settled with one more command), then look at the pool
                 // again.
-                let waited = tokio::time::timeout(self.timeout * 2, reserved).await;
+                // Only a reservation that failed (and was not settled)
+                // sends its waiters to the fallback: one still out when the
+                // wait ends is an unknown, and the waiter looks again (and
+                // in the last round asks Redis itself).
+                let _ = tokio::time::timeout(self.timeout * 2, reserved).await;
                 let mut state = cred.state.lock();
                 state.pool.waiters = state.pool.waiters.saturating_sub(1);
-                if waited.is_err() || (state.pool.epoch != epoch && state.pool.last_failed) {
+                if state.pool.epoch != epoch && state.pool.last_failed {
                     return Obtained::Fallback(
                         "the reservation this call waited for failed".into(),
                     );
