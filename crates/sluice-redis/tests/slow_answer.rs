@@ -9,7 +9,8 @@ mod support;
 
 use std::time::Duration;
 
-use sluice_redis::Mode;
+use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
+use sluice_redis::{Mode, RedisBudget};
 use support::*;
 use tokio::time::Instant;
 
@@ -39,6 +40,28 @@ async fn stop_for_a_while(pid: u32) {
     signal("CONT");
 }
 
+/// A reservation sent at once, on a credential of its own: whatever the
+/// drivers are doing as a stop begins, one reservation meets it.
+async fn reserve_now(budget: &RedisBudget) {
+    let limit = SharedLimit {
+        rate: "1000/1s".parse().unwrap(),
+        burst: None,
+    };
+    let decision = budget
+        .reserve(ReserveRequest {
+            credential: "probe",
+            scopes: &["api_key"],
+            limit: Some(limit),
+            windows: &[],
+            not_before: Duration::ZERO,
+            max_wait: Duration::from_secs(2),
+            late_start: LATE_START,
+            priority: sluice::Priority::Normal,
+        })
+        .await;
+    assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_that_timed_out_is_settled_before_anything_is_spent_for_it() {
     let redis = RedisServer::start();
@@ -63,9 +86,14 @@ async fn a_reservation_that_timed_out_is_settled_before_anything_is_spent_for_it
             tokio::spawn(drive(gate, name, 24, until, Duration::from_millis(100)))
         })
         .collect();
-    for at in [1_500, 3_000, 4_500] {
+    // Starts are granted in bursts as each window opens (about every
+    // 1.1 s): stops 0.8 s apart meet them at every phase.
+    for at in [1_000, 1_800, 2_600, 3_400, 4_200, 5_000] {
         tokio::time::sleep_until(origin + Duration::from_millis(at)).await;
-        stop_for_a_while(pid).await;
+        tokio::join!(stop_for_a_while(pid), async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            reserve_now(&budgets[0]).await;
+        });
     }
     let mut driven = Vec::new();
     for run in runs {
@@ -110,9 +138,9 @@ async fn a_reservation_that_timed_out_is_settled_before_anything_is_spent_for_it
     assert_eq!(ok, starts.len());
     // Redis's log keeps no entry of a voided reservation: each void mark's
     // id names no member of the key's window log.
-    let marks: Vec<String> = redis.command(&["KEYS", "sluice:{key}:v:*"]);
+    let marks: Vec<String> = redis.command(&["KEYS", "sluice:*:v:*"]);
     assert!(!marks.is_empty(), "no reservation was voided");
-    let logs: Vec<String> = redis.command(&["KEYS", "sluice:{key}:w:*"]);
+    let logs: Vec<String> = redis.command(&["KEYS", "sluice:*:w:*"]);
     assert!(!logs.is_empty());
     let mut log = Vec::new();
     for key in &logs {
