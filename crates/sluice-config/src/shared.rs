@@ -12,10 +12,8 @@ use crate::file::{CredentialFile, SharedFile};
 use crate::secret::Secret;
 use crate::value;
 
-/// How long one call to the shared backend may take: `sluice-redis`'s
-/// default, picked from the bound on starts (docs/shared-limiter.md, "The
-/// bound, and the timeout"; it was DESIGN.md's 50 ms).
-pub const DEFAULT_SHARED_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long one call to the shared backend may take (DESIGN.md: 50 ms).
+pub const DEFAULT_SHARED_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// `[shared]`: the shared budget backend (Redis): `redis_url` is one node,
 /// `redis_urls` the seeds of a Redis Cluster.
