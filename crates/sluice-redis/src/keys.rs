@@ -98,6 +98,13 @@ impl CredentialKeys {
         format!("{}:b:{name_part}:{index}", self.base)
     }
 
+    /// String: the mark a reservation whose answer never came is voided
+    /// by (`id`, its member prefix): a reservation finding it charges
+    /// nothing (see `lua/void.lua`).
+    pub fn void(&self, id: &str) -> String {
+        format!("{}:v:{id}", self.base)
+    }
+
     /// Sorted set: process id → last seen (µs): the heartbeat.
     pub fn processes(&self) -> String {
         format!("{}:procs", self.base)

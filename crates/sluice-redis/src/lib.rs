@@ -19,8 +19,10 @@
 //! - **Leases.** Under load a process reserves several slots in one round
 //!   trip and hands them to its own callers at their exact start times;
 //!   without load every call is one round trip.
-//! - **Failures.** Every command has a short timeout and is sent at most
-//!   once; a circuit breaker stops asking after a few failures, and
+//! - **Failures.** Every command has a timeout and is sent at most once;
+//!   a reservation whose answer never came is settled by its id (voided,
+//!   so that it charges nothing) before anything is spent for its call;
+//!   a circuit breaker stops asking after a few failures, and
 //!   meanwhile the process decides locally at its share of the rate — never
 //!   unlimited — until Redis answers again.
 //!
@@ -75,6 +77,7 @@ mod runner;
 pub mod spend;
 mod status;
 pub mod store;
+mod unknown;
 mod windows;
 mod worker;
 

@@ -49,6 +49,8 @@ pub(crate) struct Runner {
     timeout: Duration,
     breaker: Mutex<Breaker>,
     commands: AtomicU64,
+    /// Commands Redis answered so far.
+    answered: AtomicU64,
     errors: Mutex<(ErrorCounts, Option<String>)>,
     /// Told when the breaker closes again after failures (work kept for
     /// Redis goes out then, not at its next turn).
@@ -73,6 +75,7 @@ impl Runner {
             timeout: config.timeout,
             breaker: Mutex::new(breaker),
             commands: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
             errors: Mutex::new((ErrorCounts::default(), None)),
             back: Notify::new(),
             probed: Notify::new(),
@@ -117,6 +120,9 @@ impl Runner {
             }
             was
         };
+        if result.is_ok() {
+            self.answered.fetch_add(1, Ordering::Relaxed);
+        }
         match &result {
             Ok(_) if was != BreakerState::Closed => self.back.notify_one(),
             Ok(_) => {}
@@ -180,6 +186,12 @@ impl Runner {
     /// Failed commands by kind, and the last error (scrubbed of secrets).
     pub(crate) fn errors(&self) -> (ErrorCounts, Option<String>) {
         self.errors.lock().clone()
+    }
+
+    /// Commands Redis answered so far: work kept for Redis waits for this
+    /// to move (an answer after the failure that kept it).
+    pub(crate) fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
     }
 
     /// Script calls sent so far.

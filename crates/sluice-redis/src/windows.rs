@@ -27,12 +27,15 @@ use tokio::time::Instant;
 use crate::Error;
 use crate::breaker::Permit;
 use crate::decision::denied;
+use crate::keys::CredentialKeys;
 use crate::lease::{LEAD, Pool, Pooled, share_cap};
 use crate::runner::Runner;
 use crate::spend::{
     Bucket, Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, further_member,
 };
-use crate::store::Clock;
+use crate::store::{Clock, Void};
+use crate::unknown;
+use crate::worker::Jobs;
 
 /// How long what a member charged is kept for its refund or settle: a
 /// call's answer comes within its deadline, far less than this.
@@ -44,6 +47,8 @@ const PREFIX: &str = "w|";
 /// One process's spends of several windows, by member.
 pub(crate) struct Spends {
     scripts: SpendScripts,
+    /// Settles spends whose answer never came, once Redis answers.
+    jobs: Jobs,
     process: String,
     /// The heartbeat window, µs: the spends beat the same set as leases.
     heartbeat: u64,
@@ -142,9 +147,10 @@ fn micros(duration: Duration) -> u64 {
 }
 
 impl Spends {
-    pub(crate) fn new(process: &str, heartbeat: Duration) -> Self {
+    pub(crate) fn new(process: &str, heartbeat: Duration, jobs: Jobs) -> Self {
         Spends {
             scripts: SpendScripts::default(),
+            jobs,
             process: process.to_owned(),
             heartbeat: micros(heartbeat),
             next: AtomicU64::new(0),
@@ -342,41 +348,37 @@ impl Spends {
             self.refund_all(runner, stale);
             return Asked::Fallback("circuit breaker open".into());
         }
-        let member = format!(
-            "{}.{}",
-            self.process,
-            self.next.fetch_add(1, Ordering::Relaxed)
-        );
         let lease = self.lease(&key, leasing, &stale, now);
         let keys = runner.store().keys(request.credential);
-        let result = runner
-            .run(|_, mut conn| {
-                let scripts = &self.scripts;
-                let (budgets, member, keys) = (&budgets, &member, &keys);
-                let heartbeat = Heartbeat {
-                    process: beat,
-                    window: self.heartbeat,
-                };
-                let window = Window {
-                    not_before: micros(not_before),
-                    max_wait: micros(max_wait),
-                };
-                async move {
-                    scripts
-                        .reserve_leased(
-                            &mut conn,
-                            keys,
-                            budgets,
-                            member,
-                            window,
-                            lease,
-                            Some(heartbeat),
-                            Clock::Server,
-                        )
-                        .await
+        // A spend that timed out is settled by its id (`crate::unknown`)
+        // and, settled, asked again once under a new one.
+        let mut tries = 0;
+        let (member, result) = loop {
+            tries += 1;
+            let member = format!(
+                "{}.{}",
+                self.process,
+                self.next.fetch_add(1, Ordering::Relaxed)
+            );
+            let result = self
+                .send(
+                    runner,
+                    (&budgets, &member, &keys),
+                    (not_before, max_wait),
+                    lease,
+                    beat,
+                )
+                .await;
+            if let Err(error) = &result
+                && unknown::may_have_run(error)
+            {
+                let void = void(request.credential, &budgets, &member, lease.slots, &keys);
+                if unknown::settle(runner, &self.jobs, void).await && tries < 2 {
+                    continue;
                 }
-            })
-            .await;
+            }
+            break (member, result);
+        };
         let received = Instant::now();
         if result.is_ok() {
             // The script gave them back: room may have come with them.
@@ -447,6 +449,43 @@ impl Spends {
             }
             Err(error) => Asked::Fallback(error.to_string()),
         }
+    }
+
+    /// Runs the spend script once for `member`.
+    async fn send(
+        &self,
+        runner: &Runner,
+        (budgets, member, keys): (&[Budget], &str, &CredentialKeys),
+        (not_before, max_wait): (Duration, Duration),
+        lease: Lease<'_>,
+        beat: &str,
+    ) -> Result<Seen, Error> {
+        runner
+            .run(|_, mut conn| {
+                let heartbeat = Heartbeat {
+                    process: beat,
+                    window: self.heartbeat,
+                };
+                let window = Window {
+                    not_before: micros(not_before),
+                    max_wait: micros(max_wait),
+                };
+                async move {
+                    self.scripts
+                        .reserve_leased(
+                            &mut conn,
+                            keys,
+                            budgets,
+                            member,
+                            window,
+                            lease,
+                            Some(heartbeat),
+                            Clock::Server,
+                        )
+                        .await
+                }
+            })
+            .await
     }
 
     fn remember(&self, member: &str, credential: &str, budgets: Vec<Budget>, granted: Granted) {
@@ -569,6 +608,34 @@ impl Spends {
                 tracing::debug!(%error, "could not settle a spend in Redis; the estimate stays");
             }
         });
+    }
+}
+
+/// What spend `member` (with `slots` starts) may have logged: its entry
+/// `{member}|{cost}`, and each further start's, in every window (a
+/// bucket's arrival time cannot be told apart: it is left).
+fn void(
+    credential: &str,
+    budgets: &[Budget],
+    member: &str,
+    slots: u32,
+    keys: &CredentialKeys,
+) -> Void {
+    let windows = budgets.iter().filter(|budget| budget.burst.is_none());
+    let logs: Vec<String> = windows.clone().map(|budget| budget.key(keys)).collect();
+    let mut costs: Vec<u64> = windows.map(|budget| budget.cost).collect();
+    costs.sort_unstable();
+    costs.dedup();
+    let names = std::iter::once(member.to_owned())
+        .chain((0..slots.saturating_sub(1) as usize).map(|k| further_member(member, k)));
+    let members = names
+        .flat_map(|name| costs.iter().map(move |cost| format!("{name}|{cost}")))
+        .collect();
+    Void {
+        credential: credential.to_owned(),
+        id: member.to_owned(),
+        logs,
+        members,
     }
 }
 

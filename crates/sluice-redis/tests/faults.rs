@@ -16,8 +16,8 @@ use tokio::time::Instant;
 
 const R: usize = 60;
 const RATE: &str = "60/1s";
-/// The command timeout (the default).
-const TIMEOUT: Duration = Duration::from_millis(50);
+/// The command timeout (`support::redis_config`'s).
+const TIMEOUT: Duration = TEST_TIMEOUT;
 /// Scheduling slack on a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(40);
 
@@ -203,8 +203,9 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
     // processes that had used less than their share add up to it, at most
     // N (P - 1) / P more in the window of a switch.
     assert!(busiest <= R + R * 2 / 3, "{busiest}");
-    // No call paid more than the command timeout for Redis being gone.
-    assert!(longest_probe <= TIMEOUT + SLACK, "{longest_probe:?}");
+    // No call paid more than two command timeouts for Redis being gone:
+    // its reservation's, and that of the void settling it (issue 49).
+    assert!(longest_probe <= 2 * (TIMEOUT + SLACK), "{longest_probe:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,7 +265,8 @@ async fn a_paused_redis_times_out_into_fallback_without_stalling_calls() {
         "{:?}",
         driven.slowest
     );
-    assert!(longest_probe <= TIMEOUT + SLACK, "{longest_probe:?}");
+    // A reservation's timeout and its void's (issue 49).
+    assert!(longest_probe <= 2 * (TIMEOUT + SLACK), "{longest_probe:?}");
     assert_eq!(key.mode, Mode::Shared);
 }
 

@@ -110,7 +110,11 @@ impl RedisBudget {
         let leases = Leases::new(&config, runner.clone(), jobs.clone(), events_live.clone());
         // Built before waiting, so that a caller giving up on `connect`
         // stops the tasks too.
-        let spends = Arc::new(Spends::new(leases.process(), config.heartbeat));
+        let spends = Arc::new(Spends::new(
+            leases.process(),
+            config.heartbeat,
+            jobs.clone(),
+        ));
         let inner = Arc::new(Inner {
             config,
             runner,
@@ -250,6 +254,8 @@ impl RedisBudget {
             let (at, token, obtained) = match obtained {
                 Obtained::Slot(at, token, obtained) => (at, token, obtained),
                 Obtained::Denied(decision) => return decision,
+                // A reservation that timed out, settled: nothing charged.
+                Obtained::Again => continue,
                 Obtained::Fallback(reason) => {
                     let (decision, started) = fallback::decide(
                         &cred,

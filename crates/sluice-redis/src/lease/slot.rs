@@ -14,8 +14,10 @@ use crate::breaker::Permit;
 use crate::credential::{Cred, Mode};
 use crate::decision::denied;
 use crate::instant::since;
+use crate::keys::part;
 use crate::runner::Runner;
-use crate::store::{Clock, ReserveArgs, Reserved, SlotToken};
+use crate::store::{Clock, ReserveArgs, Reserved, SlotToken, Void};
+use crate::unknown;
 use crate::worker::Jobs;
 
 /// Rounds of "look at the pool, maybe wait for a reservation in flight".
@@ -42,6 +44,9 @@ pub(crate) enum Obtained {
     Denied(Decision),
     /// Redis cannot be asked: decide locally, for this reason.
     Fallback(String),
+    /// The reservation timed out and was settled (voided by its id):
+    /// nothing is charged for it; ask again.
+    Again,
 }
 
 /// This process's side of the shared log: its lease pools' refills and
@@ -177,11 +182,17 @@ impl Leases {
             }
             let Some((want, immediate, spacing)) = fetch else {
                 // Someone else is reserving: wait for it (at most the
-                // command timeout), then look at the pool again.
-                let waited = tokio::time::timeout(self.timeout, reserved).await;
+                // command timeout, twice: a reservation that timed out is
+                // settled with one more command), then look at the pool
+                // again.
+                // Only a reservation that failed (and was not settled)
+                // sends its waiters to the fallback: one still out when the
+                // wait ends is an unknown, and the waiter looks again (and
+                // in the last round asks Redis itself).
+                let _ = tokio::time::timeout(self.timeout * 2, reserved).await;
                 let mut state = cred.state.lock();
                 state.pool.waiters = state.pool.waiters.saturating_sub(1);
-                if waited.is_err() || (state.pool.epoch != epoch && state.pool.last_failed) {
+                if state.pool.epoch != epoch && state.pool.last_failed {
                     return Obtained::Fallback(
                         "the reservation this call waited for failed".into(),
                     );
@@ -298,13 +309,22 @@ impl Leases {
                     store.reserve(&mut conn, &args, Clock::Server).await
                 })
                 .await;
+        // No answer: an unknown, settled by its id before anything is
+        // spent for this call (`crate::unknown`).
+        let settled = match &result {
+            Err(error) if unknown::may_have_run(error) => {
+                let void = self.void(request, &member, want);
+                unknown::settle(&self.runner, &self.jobs, void).await
+            }
+            _ => false,
+        };
         let received = Instant::now();
         let outcome = {
             let mut state = cred.state.lock();
             if leases {
                 state.pool.fetching = state.pool.fetching.saturating_sub(1);
                 state.pool.epoch += 1;
-                state.pool.last_failed = result.is_err();
+                state.pool.last_failed = result.is_err() && !settled;
             }
             match result {
                 Ok(Reserved::Granted { view, slots, next }) => {
@@ -344,11 +364,32 @@ impl Leases {
                     let index = scope.min(request.scopes.len().saturating_sub(1));
                     Obtained::Denied(denied(request, index, Duration::from_micros(wait), hold))
                 }
+                Err(_) if settled => Obtained::Again,
                 Err(error) => Obtained::Fallback(error.to_string()),
             }
         };
         cred.reserved.notify_waiters();
         outcome
+    }
+
+    /// What reservation `member` of `want` slots may have logged: its
+    /// window entries (`{member}:{n}`) in the first scope's log.
+    fn void(&self, request: &ReserveRequest<'_>, member: &str, want: u32) -> Void {
+        let window = request.limit.is_some_and(|limit| limit.burst.is_none());
+        let (logs, members) = match request.scopes.first() {
+            Some(first) if window => {
+                let keys = self.runner.store().keys(request.credential);
+                let members = (1..=want.max(1)).map(|n| format!("{member}:{n}"));
+                (vec![keys.window(&part(first))], members.collect())
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
+        Void {
+            credential: request.credential.to_owned(),
+            id: member.to_owned(),
+            logs,
+            members,
+        }
     }
 }
 

@@ -17,7 +17,9 @@
 -- hold no one back.
 --
 -- KEYS: 1 blocks hash, 2 quota hash, 3 meta hash, 4 window zset (first
---       scope), 5 gcra string (first scope), 6 heartbeat zset
+--       scope), 5 gcra string (first scope), 6 heartbeat zset, 7 this
+--       reservation's void mark (void.lua: its caller gave up on the
+--       answer; it charges nothing)
 -- ARGV: 1 now (µs; '' = the server's TIME), 2 not_before (µs from now),
 --       3 max_wait, 4 slots, 5 horizon, 6 algorithm ('n' none, 'w' window,
 --       'g' gcra), 7 and 8 its parameters (w: N, W µs; g: T µs, tau µs),
@@ -30,6 +32,9 @@
 -- one, and next is how far from now the first scope's limit (blocks
 -- aside) has its next start after the slots granted (-1: no limit): the
 -- caller's process knows no start is free before it.
+
+-- Voided by its id before it ran: its caller already settled it.
+if redis.call('EXISTS', KEYS[7]) == 1 then return {0, 0, {}, {}, 0, 1, 'rate'} end
 
 local now = clock(ARGV[1])
 local not_before = now + tonumber(ARGV[2])

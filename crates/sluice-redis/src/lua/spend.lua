@@ -26,7 +26,9 @@
 -- bucket gives a slot back only while nothing was charged after it).
 --
 -- KEYS: one sorted set per budget (score = start µs), then the
---       credential's heartbeat set (when ARGV 6 names a process)
+--       credential's heartbeat set (used when ARGV 6 names a process),
+--       then this spend's void mark (void.lua: its caller gave up on the
+--       answer; it charges nothing)
 -- ARGV: 1 now (µs; '' = the server's TIME), 2 max_wait µs, 3 member,
 --       4 TTL slack µs, 5 not_before µs from now (the start may not come
 --       earlier: another scope of the call starts it later), 6 process id
@@ -59,6 +61,9 @@ local lead = tonumber(ARGV[10]) or 0
 local stale = tonumber(ARGV[11]) or 0
 local first = 11 + stale
 local count = math.floor((#ARGV - first) / 4)
+
+-- Voided by its id before it ran: its caller already settled it.
+if redis.call('EXISTS', KEYS[count + 2]) == 1 then return {0, 0, 1, 0} end
 
 local processes = 0
 if process ~= '' then

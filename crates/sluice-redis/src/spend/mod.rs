@@ -95,7 +95,8 @@ impl Budget {
             .arg(self.burst.unwrap_or(0));
     }
 
-    fn key(&self, keys: &CredentialKeys) -> String {
+    /// Its key under `keys`: a sorted set, or a bucket's string.
+    pub(crate) fn key(&self, keys: &CredentialKeys) -> String {
         let key = keys.budget(&part(&self.name), self.index);
         // A bucket's string never meets a window's sorted set of the same
         // budget (a config changed between them).
@@ -363,7 +364,7 @@ impl SpendScripts {
         for budget in budgets {
             invocation.key(budget.key(keys));
         }
-        invocation.key(keys.processes());
+        invocation.key(keys.processes()).key(keys.void(member));
         invocation
             .arg(clock_arg(clock))
             .arg(max_wait)

@@ -224,6 +224,7 @@ pub struct Store {
     block: Script,
     refund: Script,
     record: Script,
+    void: Script,
     secrets: Vec<String>,
     timeout: std::time::Duration,
 }
@@ -241,6 +242,7 @@ impl Store {
             block: lua::script(include_str!("../lua/block.lua")),
             refund: lua::script(include_str!("../lua/refund.lua")),
             record: lua::script(include_str!("../lua/record.lua")),
+            void: lua::script(include_str!("../lua/void.lua")),
             secrets: Vec::new(),
             timeout: std::time::Duration::ZERO,
         }
@@ -293,6 +295,7 @@ impl Store {
             .key(keys.window(&first))
             .key(keys.gcra(&first))
             .key(keys.processes())
+            .key(keys.void(args.member_prefix))
             .arg(clock.arg())
             .arg(args.not_before)
             .arg(args.max_wait)
@@ -480,6 +483,53 @@ impl Store {
             .arg(TTL_SLACK);
         for (start, member) in args.starts {
             invocation.arg(*start).arg(member);
+        }
+        let value: Value = invocation
+            .invoke_async(conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        micros_of(&value)
+    }
+}
+
+/// A reservation whose answer never came, to settle by its id with
+/// [`Store::void`]: its void mark, and every log entry it may have made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Void {
+    /// The credential.
+    pub credential: String,
+    /// The reservation's id (its member prefix).
+    pub id: String,
+    /// The sorted sets it may have charged (full key names).
+    pub logs: Vec<String>,
+    /// The members it would have logged in them.
+    pub members: Vec<String>,
+}
+
+/// How long a void mark lives: a reservation still arriving later than
+/// this after its caller gave up on it is not looked for. A command is
+/// queued at most as long as its connection lives; a minute is far more
+/// than a paused or failing-over Redis holds one.
+const VOID_MEMORY: Micros = 60_000_000;
+
+impl Store {
+    /// Settles a reservation whose answer never came (see `lua/void.lua`):
+    /// whatever it logged is removed and its id is marked, so that it
+    /// charges nothing should it still arrive. Returns the log entries
+    /// removed (0: it had not run, or charged only a bucket).
+    pub async fn void<C>(&self, conn: &mut C, void: &Void) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let mut invocation = self.void.prepare_invoke();
+        invocation
+            .key(self.keys(&void.credential).void(&void.id))
+            .arg(VOID_MEMORY);
+        for log in &void.logs {
+            invocation.key(log);
+        }
+        for member in &void.members {
+            invocation.arg(member);
         }
         let value: Value = invocation
             .invoke_async(conn)

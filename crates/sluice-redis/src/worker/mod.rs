@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::instant::since;
 use crate::runner::Runner;
 use crate::spend::Budget;
-use crate::store::{Clock, SlotToken};
+use crate::store::{Clock, SlotToken, Void};
 
 mod local;
 mod unwritten;
@@ -30,6 +30,10 @@ const BATCH: usize = 256;
 const PENDING_BLOCKS: usize = 64;
 /// How long refunds are gathered into one round trip.
 const REFUND_BATCH: Duration = Duration::from_millis(25);
+/// Reservations to void kept while Redis is unreachable, and how long:
+/// a void mark outlives a reservation queued this long (`Store::void`).
+const PENDING_VOIDS: usize = 4_096;
+const VOID_FOR: Duration = Duration::from_secs(60);
 /// How often the worker replays pending blocks.
 const REPLAY_EVERY: Duration = Duration::from_millis(250);
 
@@ -47,6 +51,7 @@ enum Job {
         until: Instant,
         hold: Hold,
     },
+    Void(Void),
 }
 
 /// Hands work to the worker; cheap to clone. The worker stops when every
@@ -78,6 +83,12 @@ impl Jobs {
             until,
             hold,
         });
+    }
+
+    /// Settles a reservation whose answer never came, once Redis answers
+    /// (see `crate::unknown`).
+    pub(crate) fn void(&self, void: Void) {
+        self.send(Job::Void(void));
     }
 
     /// Adds starts the fallback granted on `scope` of `credential`
@@ -162,10 +173,13 @@ impl Jobs {
 async fn work(runner: Arc<Runner>, mut queue: mpsc::Receiver<Job>) {
     let mut pending: Vec<(String, String, Instant, Hold)> = Vec::new();
     let mut kept = Kept::new();
+    // Each with when it is dropped, and the answers Redis had given when
+    // it was kept: it goes out after the next one, never as a probe.
+    let mut voids: Vec<(Void, Instant, u64)> = Vec::new();
     loop {
         let mut jobs = Vec::new();
         // Kept work goes out as soon as Redis answers again.
-        let waiting = !pending.is_empty() || kept.waiting();
+        let waiting = !pending.is_empty() || kept.waiting() || !voids.is_empty();
         let next = tokio::select! {
             job = tokio::time::timeout(REPLAY_EVERY, queue.recv()) => job.ok(),
             () = runner.back(), if waiting => None,
@@ -216,7 +230,16 @@ async fn work(runner: Arc<Runner>, mut queue: mpsc::Receiver<Job>) {
                 } => pending.push((credential, scope, until, hold)),
                 Job::Record(start) => kept.add(start),
                 Job::TrueUp(up) => kept.true_up(up, Instant::now()),
+                Job::Void(void) => {
+                    voids.push((void, Instant::now() + VOID_FOR, runner.answered()));
+                }
             }
+        }
+        let now = Instant::now();
+        voids.retain(|(_, until, _)| *until > now);
+        if voids.len() > PENDING_VOIDS {
+            let excess = voids.len() - PENDING_VOIDS;
+            voids.drain(..excess);
         }
         kept.prune(Instant::now());
         if !runner.closed() {
@@ -251,6 +274,29 @@ async fn work(runner: Arc<Runner>, mut queue: mpsc::Receiver<Job>) {
             }
         }
         pending = failed;
+        // Before the local starts: a reservation that may still charge a
+        // slot is settled first.
+        // One failure keeps the rest for the next round: the worker never
+        // stands in for the breaker's probe.
+        let mut unsettled = Vec::new();
+        let mut failed = false;
+        let answered = runner.answered();
+        for (void, until, kept_at) in voids.drain(..) {
+            if !failed && answered > kept_at {
+                let result = runner
+                    .run(|store, mut conn| {
+                        let void = &void;
+                        async move { store.void(&mut conn, void).await }
+                    })
+                    .await;
+                failed = result.is_err();
+                if !failed {
+                    continue;
+                }
+            }
+            unsettled.push((void, until, kept_at));
+        }
+        voids = unsettled;
         kept.send(&runner).await;
         for (credential, tokens) in refunds {
             let _ = runner

@@ -38,9 +38,16 @@ pub async fn fake(allow: u32) -> FakeServer {
         .unwrap()
 }
 
-/// The test config for a budget: the given Redis, a fast breaker.
+/// The command timeout of [`redis_config`]: the outage tests pause Redis
+/// for 0.2 to 1 s and need its commands to time out within that, so they
+/// keep the short timeout they were written with (the default is longer:
+/// docs/shared-limiter.md, "The bound, and the timeout").
+pub const TEST_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// The test config for a budget: the given Redis, a fast breaker, and
+/// [`TEST_TIMEOUT`].
 pub fn redis_config(url: &str) -> RedisConfig {
-    RedisConfig::single(url)
+    RedisConfig::single(url).timeout(TEST_TIMEOUT)
 }
 
 pub async fn budget(config: RedisConfig) -> Arc<RedisBudget> {
