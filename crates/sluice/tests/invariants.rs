@@ -138,7 +138,7 @@ async fn inv3_full_queue_sheds_at_once_and_sends_nothing() {
         let Outcome::RateLimited { hint, .. } = outcome else {
             unreachable!()
         };
-        assert!(hint.contains("1 are running"), "{hint}");
+        assert!(hint.contains("while 1 call is running;"), "{hint}");
     }
 }
 
