@@ -350,13 +350,14 @@ impl Scope {
 
     /// Waits for a concurrency permit in the bounded queue. A full queue, or
     /// a queue that cannot drain within what is left of `deadline`, sheds at
-    /// once with the drain estimate; a permit that does not come by
-    /// `deadline` times out. `now` and `at` are the caller's one reading of
-    /// the clock; [`Admitted::queued`] says whether it went stale here.
+    /// once with the drain estimate, as does one that would wait longer
+    /// than `inline`; a permit that does not come by `deadline` times out.
+    /// `now` and `at` are the caller's one reading of the clock;
+    /// [`Admitted::queued`] says whether it went stale here.
     pub(crate) async fn admit(
         &self,
-        now: Micros,
-        at: Instant,
+        (now, at): (Micros, Instant),
+        inline: Duration,
         deadline: &Deadline,
         priority: Priority,
     ) -> Result<Admitted<'_>, Outcome> {
@@ -367,7 +368,10 @@ impl Scope {
             return Ok(Admitted::now(Some(permit)));
         }
         let estimate = |ahead| self.drain_estimate(admission, ahead, now);
-        match admission.admit_as(priority, deadline, at, estimate).await {
+        match admission
+            .admit_as(priority, deadline, (at, inline), estimate)
+            .await
+        {
             Ok(permit) => Ok(Admitted {
                 permit: Some(permit),
                 queued: true,
@@ -378,6 +382,13 @@ impl Scope {
                 drain,
                 Some(running),
             )),
+            Err((Refused::Later, wait)) => {
+                let window = self.state().limit.enforced().map(|rate| rate.to_string());
+                Err(
+                    Outcome::rate_limited(&self.name, Reason::Throttled, wait, None)
+                        .in_window(window),
+                )
+            }
             Err((Refused::TimedOut, _)) => Err(Outcome::timed_out(deadline.len(), false)),
         }
     }
