@@ -9,7 +9,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use sluice::{Call, CredentialConfig, Defaults, GateConfig, GroupConfig, Outcome, ToolConfig};
+use sluice::{
+    Call, Cost, CredentialConfig, Defaults, GateConfig, GroupConfig, Outcome, Settle, ToolConfig,
+    UnitConfig,
+};
 use support::*;
 
 fn rate(text: &str) -> sluice::Rate {
@@ -193,4 +196,59 @@ async fn same_turn_reissues_of_identical_reads_still_coalesce() {
         sim.starts_by_n()
     );
     assert!(max_in_window(&sim.starts_ms(), 1_000.0) <= 2);
+}
+
+/// Issue 50: room a true-up frees goes first to the calls already waiting.
+/// `chat` costs `{max_tokens}` tokens and settles `/usage/total_tokens` on
+/// `units.tokens` of `100/1s`; five calls estimate 40 and use 10. Without
+/// the re-plan they started at 0, 0, 1.02, 1.02 and 2.04 s (the refunds
+/// went to nobody: in a burst no call arrives later). Now each settle moves
+/// the calls waiting on the exact window. (On a bucket the waiting calls'
+/// starts are not its last charges once a settle moved it, so they cannot
+/// be given back exactly and keep their starts: 0, 0, 0.2, 0.6 and 1.0 s.)
+#[tokio::test(start_paused = true)]
+async fn a_settle_moves_the_calls_waiting_behind_it() {
+    {
+        let burst: Option<u32> = None;
+        let sim = Sim::new(|_, request| {
+            let used = request.payload["used"].as_u64().unwrap();
+            Reply {
+                body: json!({"usage": {"total_tokens": used}}).to_string(),
+                ..Reply::ok(100)
+            }
+        });
+        let mut unit = UnitConfig::with_rate(rate("100/1s"));
+        unit.burst = burst;
+        let credential = CredentialConfig::with_rate(rate("50/1s"))
+            .max_in_flight(20)
+            .unit("tokens", unit);
+        let tool = ToolConfig::write("key")
+            .cost("tokens", Cost::Argument("max_tokens".into()))
+            .settle("tokens", Settle::Pointer("/usage/total_tokens".into()));
+        let defaults = Defaults {
+            inline_wait: Duration::from_secs(3),
+            ..Defaults::default()
+        };
+        let config = GateConfig::default()
+            .defaults(defaults)
+            .credential("key", credential)
+            .tool("chat", tool);
+        let gate = build_gate(config, &sim);
+        let calls =
+            (0..5).map(|n| Call::new("chat", json!({ "n": n, "max_tokens": 40, "used": 10 })));
+        let outcomes = gate.turn().run(calls).await;
+        assert!(
+            outcomes.iter().all(Outcome::is_ok),
+            "{burst:?}: {outcomes:?}"
+        );
+        let starts = sim.starts_ms();
+        eprintln!("burst {burst:?}: starts {starts:?}");
+        let first_second = starts.iter().filter(|t| **t < 1_000.0).count();
+        assert!(first_second >= 3, "{burst:?}: {starts:?}");
+        if burst.is_none() {
+            // Two at once; each settle (100 ms after a start) makes room for
+            // the next waiting call at once.
+            assert_eq!(starts, [0.0, 0.0, 100.0, 200.0, 300.0], "{starts:?}");
+        }
+    }
 }
