@@ -108,7 +108,7 @@ async fn reissue_until_answered(
 
 /// Issue 50: "the model issued twelve calls, the system can run four now —
 /// tell it exactly that". With `rate = "2/1s"`, `max_in_flight = 1`,
-/// `queue = 2` and a 1 s inline wait, a turn of 12 calls sheds 9, each told
+/// `queue = 2` and a 1 s inline wait, a turn of 12 calls defers 10, each told
 /// when a start would be free for it given the calls ahead of it, so the
 /// waits grow with position (before: every one told 1.5 s, and 6 of the 9
 /// re-issues shed again). A model re-issuing each after its own wait finds
@@ -133,7 +133,8 @@ async fn each_shed_call_is_told_its_own_wait_and_its_reissue_fits() {
         .iter()
         .filter_map(|o| o.retry_after().map(|w| w.as_millis() as u64))
         .collect();
-    assert_eq!(waits.len(), 9, "{first:?}");
+    // Two start within the 1 s inline wait; the third's slot is at 1.02 s.
+    assert_eq!(waits.len(), 10, "{first:?}");
     assert!(
         waits.windows(2).all(|pair| pair[1] > pair[0]),
         "the waits grow with position: {waits:?}"
@@ -149,7 +150,7 @@ async fn each_shed_call_is_told_its_own_wait_and_its_reissue_fits() {
         "re-issued {reissued}, deferred again {again}: {:?}",
         sim.starts_ms()
     );
-    assert!(reissued >= 9);
+    assert!(reissued >= 10);
     assert!(
         again * 6 <= reissued,
         "{again} of {reissued} deferred again"

@@ -254,6 +254,10 @@ impl Further {
     }
 }
 
+/// The calls [`LimiterCell::nth_start`] reserves one by one on a copy of
+/// the cell; a deferral is rare, and this bounds what one costs.
+const NTH_SIMULATED: usize = 256;
+
 impl LimiterCell {
     /// An exact sliding window (`burst` unset) or GCRA (`burst` set).
     pub fn new(rate: Rate, burst: Option<NonZeroU32>) -> Self {
@@ -302,6 +306,22 @@ impl LimiterCell {
         amount: u64,
     ) -> (Micros, Binding) {
         self.earliest_after(now, not_before, amount)
+    }
+
+    /// When the `n`-th of `n` calls asking one start each from `now` would
+    /// start, charging nothing (issue 50: the wait a deferred call is told,
+    /// exact on windows that let several start at once). Past
+    /// [`NTH_SIMULATED`] calls, the rest are spaced by `interval`.
+    pub fn nth_start(&self, now: Micros, n: usize, interval: Micros) -> Micros {
+        let mut cell = self.clone();
+        let simulated = n.clamp(1, NTH_SIMULATED);
+        for _ in 1..simulated {
+            let start = cell.earliest(now);
+            cell.charge_at(start, 1);
+        }
+        let start = cell.earliest(now);
+        let rest = u64::try_from(n - simulated).unwrap_or(u64::MAX);
+        start.saturating_add(interval.saturating_mul(rest))
     }
 
     /// True when a start spending `amount` can ever fit every window.

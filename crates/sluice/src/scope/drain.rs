@@ -1,4 +1,4 @@
-//! The honest drain estimate a shed call is given: how long the queue ahead needs to clear.
+//! The honest drain estimate a deferred call is given: when a start would be free for it.
 
 use std::time::Duration;
 
@@ -6,21 +6,18 @@ use std::time::Duration;
 /// permit and a start slot.
 ///
 /// Two limits drain the queue and the slower one decides: permits come
-/// back `max_in_flight` at a time, once per `latency`; start slots come one
-/// per `interval` (the rate's spacing), the first after `next_slot`.
+/// back `max_in_flight` at a time, once per `latency`; start slots come as
+/// the rate allows, the one for this call `by_rate` from now (the limiter
+/// says when the `ahead + 1`-th start is free).
 pub fn drain_estimate(
     ahead: usize,
     max_in_flight: u32,
     latency: Duration,
-    interval: Option<Duration>,
-    next_slot: Duration,
+    by_rate: Duration,
 ) -> Duration {
     let calls = u32::try_from(ahead).unwrap_or(u32::MAX).saturating_add(1);
     let waves = calls.div_ceil(max_in_flight.max(1));
     let by_concurrency = latency.saturating_mul(waves);
-    let by_rate = interval.map_or(Duration::ZERO, |interval| {
-        next_slot.saturating_add(interval.saturating_mul(calls - 1))
-    });
     by_concurrency.max(by_rate)
 }
 
@@ -33,23 +30,14 @@ mod tests {
     #[test]
     fn the_slower_limit_decides() {
         // 16 queued ahead, 4 in flight, 400 ms each: 5 waves of permits.
-        assert_eq!(
-            drain_estimate(16, 4, 400 * MS, Some(100 * MS), Duration::ZERO),
-            2_000 * MS
-        );
-        // A slow rate dominates: 16 more slots at 500 ms after the next one.
-        assert_eq!(
-            drain_estimate(16, 4, 400 * MS, Some(500 * MS), 300 * MS),
-            8_300 * MS
-        );
-        assert_eq!(
-            drain_estimate(0, 4, 400 * MS, None, Duration::ZERO),
-            400 * MS
-        );
+        assert_eq!(drain_estimate(16, 4, 400 * MS, 1_600 * MS), 2_000 * MS);
+        // A slow rate dominates.
+        assert_eq!(drain_estimate(16, 4, 400 * MS, 8_300 * MS), 8_300 * MS);
+        assert_eq!(drain_estimate(0, 4, 400 * MS, Duration::ZERO), 400 * MS);
     }
 
     #[test]
     fn never_zero_with_a_latency() {
-        assert!(drain_estimate(0, u32::MAX, MS, None, Duration::ZERO) > Duration::ZERO);
+        assert!(drain_estimate(0, u32::MAX, MS, Duration::ZERO) > Duration::ZERO);
     }
 }

@@ -438,10 +438,20 @@ impl Scope {
     }
 
     fn drain_estimate(&self, admission: &Admission, ahead: usize, now: Micros) -> Duration {
-        let mut state = self.state();
-        let next_slot = Duration::from_micros(state.cell.earliest(now) - now);
-        let interval = state.limit.enforced().map(|rate| rate.interval());
-        drain_estimate(ahead, admission.cap(), self.latency(), interval, next_slot)
+        let state = self.state();
+        let interval = state
+            .limit
+            .enforced()
+            .map_or(0, |rate| micros(rate.interval()));
+        let by_rate = if state.limit.shared {
+            // The shared budget keeps the windows; locally, only the spacing.
+            let ahead = u64::try_from(ahead).unwrap_or(u64::MAX);
+            Duration::from_micros(interval.saturating_mul(ahead))
+        } else {
+            let start = state.cell.nth_start(now, ahead.saturating_add(1), interval);
+            Duration::from_micros(start.saturating_sub(now))
+        };
+        drain_estimate(ahead, admission.cap(), self.latency(), by_rate)
     }
 
     /// When the spent quota resets, if it is spent at `now`.
