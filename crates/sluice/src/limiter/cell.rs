@@ -308,20 +308,24 @@ impl LimiterCell {
         self.earliest_after(now, not_before, amount)
     }
 
-    /// When the `n`-th of `n` calls asking one start each from `now` would
-    /// start, charging nothing (issue 50: the wait a deferred call is told,
-    /// exact on windows that let several start at once). Past
+    /// The starts `n` calls asking one each from `now` would get, in
+    /// order, charging nothing (issue 50: the waits deferred calls are
+    /// told, exact on windows that let several start at once). Past
     /// [`NTH_SIMULATED`] calls, the rest are spaced by `interval`.
-    pub fn nth_start(&self, now: Micros, n: usize, interval: Micros) -> Micros {
+    pub fn next_starts(&self, now: Micros, n: usize, interval: Micros) -> Vec<Micros> {
         let mut cell = self.clone();
-        let simulated = n.clamp(1, NTH_SIMULATED);
-        for _ in 1..simulated {
+        let mut starts = Vec::with_capacity(n);
+        for _ in 0..n.min(NTH_SIMULATED) {
             let start = cell.earliest(now);
             cell.charge_at(start, 1);
+            starts.push(start);
         }
-        let start = cell.earliest(now);
-        let rest = u64::try_from(n - simulated).unwrap_or(u64::MAX);
-        start.saturating_add(interval.saturating_mul(rest))
+        let mut last = starts.last().copied().unwrap_or(now);
+        for _ in starts.len()..n {
+            last = last.saturating_add(interval);
+            starts.push(last);
+        }
+        starts
     }
 
     /// True when a start spending `amount` can ever fit every window.

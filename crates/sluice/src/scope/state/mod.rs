@@ -437,21 +437,34 @@ impl Scope {
         }
     }
 
+    /// When a start would be free for a call with `ahead` calls in line
+    /// before it: the rate's next starts and the permits, together.
     fn drain_estimate(&self, admission: &Admission, ahead: usize, now: Micros) -> Duration {
-        let state = self.state();
-        let interval = state
-            .limit
-            .enforced()
-            .map_or(0, |rate| micros(rate.interval()));
-        let by_rate = if state.limit.shared {
-            // The shared budget keeps the windows; locally, only the spacing.
-            let ahead = u64::try_from(ahead).unwrap_or(u64::MAX);
-            Duration::from_micros(interval.saturating_mul(ahead))
-        } else {
-            let start = state.cell.nth_start(now, ahead.saturating_add(1), interval);
-            Duration::from_micros(start.saturating_sub(now))
+        let calls = ahead.saturating_add(1);
+        let slots: Vec<Duration> = {
+            let state = self.state();
+            let interval = state
+                .limit
+                .enforced()
+                .map_or(0, |rate| micros(rate.interval()));
+            if state.limit.shared {
+                // The shared budget keeps the windows; locally, only the spacing.
+                (0..calls)
+                    .map(|i| {
+                        let i = u64::try_from(i).unwrap_or(u64::MAX);
+                        Duration::from_micros(interval.saturating_mul(i))
+                    })
+                    .collect()
+            } else {
+                state
+                    .cell
+                    .next_starts(now, calls, interval)
+                    .into_iter()
+                    .map(|start| Duration::from_micros(start.saturating_sub(now)))
+                    .collect()
+            }
         };
-        drain_estimate(ahead, admission.cap(), self.latency(), by_rate)
+        drain_estimate(&slots, admission.cap(), admission.running(), self.latency())
     }
 
     /// When the spent quota resets, if it is spent at `now`.
