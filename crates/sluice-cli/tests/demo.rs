@@ -68,12 +68,58 @@ fn the_incident_shows_naive_and_not_with_sluice() {
         "Little's law cap: {sluice}"
     );
 
+    // The second phase, "twelve calls, four now" (issue 50): one turn of
+    // twelve calls, more than sluice takes at once. sluice defers the rest
+    // with waits that grow with position, the model re-issues each after
+    // its wait, and all twelve are answered, one request each; the naive
+    // harness turns its 429s into "tool failed" and a rephrase storm.
+    let twelve = |name: &str| {
+        report["twelve_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|run| run["harness"] == name)
+            .unwrap()
+            .clone()
+    };
+    let (naive, sluice) = (twelve("naive"), twelve("sluice"));
+    assert!(number(&sluice, "agent_rate_limited") >= 4.0, "{sluice}");
+    assert_eq!(number(&sluice, "agent_ok"), 12.0, "{sluice}");
+    assert_eq!(number(&sluice, "upstream_requests"), 12.0, "{sluice}");
+    assert_eq!(number(&sluice, "upstream_throttled"), 0.0, "{sluice}");
+    let waits: Vec<u64> = sluice["deferral_waits_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_u64().unwrap())
+        .collect();
+    let distinct: std::collections::BTreeSet<u64> = waits.iter().copied().collect();
+    assert!(
+        distinct.len() * 2 >= waits.len(),
+        "staggered waits: {waits:?}"
+    );
+    let (reissued, again) = (
+        number(&sluice, "reissued"),
+        number(&sluice, "reissued_deferred_again"),
+    );
+    assert!(reissued >= 4.0, "{sluice}");
+    assert!(
+        again * 6.0 <= reissued,
+        "{again} of {reissued} deferred again"
+    );
+    assert!(number(&naive, "upstream_throttled") >= 1.0, "{naive}");
+    assert!(
+        number(&naive, "agent_calls") > 12.0,
+        "the rephrase storm: {naive}"
+    );
+
     let svg = std::fs::read_to_string(&chart).unwrap();
     let _ = std::fs::remove_file(&chart);
     assert!(svg.starts_with("<svg"), "an SVG document");
     for label in [
         "naive harness",
         "sluice harness",
+        "twelve calls, four now",
         "the key&apos;s limit",
         "agent 429",
         "sync job ok",
@@ -96,6 +142,8 @@ fn the_table_is_the_default_output() {
         "amplification",
         "p95 call latency",
         "Verdict:",
+        "Twelve calls, four now",
+        "re-issued and deferred again",
     ] {
         assert!(table.contains(row), "{row:?} in\n{table}");
     }

@@ -146,7 +146,12 @@ async fn a_full_queue_sheds_without_sending() {
     for result in shed {
         assert_eq!(result["reason"], "shed");
         assert!(result["retry_after_ms"].as_u64().unwrap() >= 1);
-        assert!(result["hint"].as_str().unwrap().contains("in flight"));
+        assert!(
+            result["hint"]
+                .as_str()
+                .unwrap()
+                .contains("waiting on this key")
+        );
     }
     let records = server.api().requests();
     assert_eq!(records.len(), 2);

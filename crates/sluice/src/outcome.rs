@@ -104,6 +104,20 @@ impl Reason {
     }
 }
 
+/// The shed hint: one sentence, its count in agreement ("1 call is
+/// running", "4 calls are running"), and no count when none is known.
+fn shed_hint(running: Option<usize>) -> String {
+    let running = match running {
+        None => String::new(),
+        Some(0) => " while none is running yet".to_owned(),
+        Some(1) => " while 1 call is running".to_owned(),
+        Some(n) => format!(" while {n} calls are running"),
+    };
+    format!(
+        "Too many calls are waiting on this key{running}; re-issue this call after the wait, or batch."
+    )
+}
+
 /// Rounds up, so a positive wait is never reported as 0 ms.
 pub(crate) fn millis_ceil(duration: Duration) -> u64 {
     let micros = duration.as_micros();
@@ -119,23 +133,18 @@ impl Outcome {
         running: Option<usize>,
     ) -> Self {
         let retry_after_ms = millis_ceil(retry_after).max(1);
-        let hint = match (reason, running) {
-            (Reason::Shed, Some(running)) => format!(
-                "Too many calls in flight on this key; {running} are running. Re-issue after the wait, or batch."
-            ),
-            (Reason::Shed, None) => {
-                "Too many calls in flight on this key. Re-issue after the wait, or batch.".to_owned()
-            }
-            (Reason::Budget, _) => {
+        let hint = match reason {
+            Reason::Shed => shed_hint(running),
+            Reason::Budget => {
                 "Retries on this key are paused to protect it; wait, then re-issue the same call.".to_owned()
             }
-            (Reason::TurnBudget, _) => {
+            Reason::TurnBudget => {
                 "This turn has made as many requests as it may; stop fanning out, use the results you have, and continue in a later turn.".to_owned()
             }
-            (Reason::Throttled, _) => {
+            Reason::Throttled => {
                 "Calls on this key are deferred; wait, then re-issue the same call.".to_owned()
             }
-            (Reason::Priority, _) => {
+            Reason::Priority => {
                 "Low-priority calls on this key have used their share for now; wait, then re-issue the same call.".to_owned()
             }
         };
@@ -201,7 +210,7 @@ impl Outcome {
         let hint = if maybe_sent {
             "The call did not finish within its deadline and may have reached the server; check before repeating a write."
         } else {
-            "The call did not start within its deadline; nothing was sent. Re-issue it later or with a longer deadline."
+            "The call did not start within its deadline and nothing was sent; re-issue it later or with a longer deadline."
         };
         Outcome::TimedOut {
             after_ms: millis_ceil(after),
@@ -283,7 +292,7 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&shed).unwrap(),
             json!({"status":"rate_limited","scope":"api_key","reason":"shed","retry_after_ms":1800,
-                   "hint":"Too many calls in flight on this key; 4 are running. Re-issue after the wait, or batch."})
+                   "hint":"Too many calls are waiting on this key while 4 calls are running; re-issue this call after the wait, or batch."})
         );
 
         let quota = Outcome::quota_exhausted("daily", Duration::from_millis(43_200_000));
@@ -331,6 +340,67 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(turn["reason"], "turn_budget");
+    }
+
+    /// Issue 50: every hint a deferral can carry reads as one sentence in
+    /// agreement with its count, for none, one and many calls running.
+    #[test]
+    fn every_hint_is_one_grammatical_sentence_for_0_1_and_many() {
+        let reasons = [
+            Reason::Throttled,
+            Reason::Shed,
+            Reason::Budget,
+            Reason::TurnBudget,
+            Reason::Priority,
+        ];
+        let wait = Duration::from_millis(1500);
+        let mut hints: Vec<(String, Option<usize>)> = Vec::new();
+        for reason in reasons {
+            for running in [None, Some(0), Some(1), Some(4)] {
+                let outcome = Outcome::rate_limited("api_key", reason, wait, running);
+                let Outcome::RateLimited { hint, .. } = outcome else {
+                    unreachable!()
+                };
+                hints.push((hint, running));
+            }
+        }
+        let outranked = Outcome::rate_limited("api_key", Reason::Throttled, wait, None).outranked();
+        let Outcome::RateLimited { hint, .. } = outranked else {
+            unreachable!()
+        };
+        hints.push((hint, None));
+        for wait in [Duration::from_secs(60), Duration::from_secs(86_400)] {
+            let Outcome::QuotaExhausted { hint, .. } = Outcome::quota_exhausted("daily", wait)
+            else {
+                unreachable!()
+            };
+            hints.push((hint, None));
+        }
+        for maybe_sent in [false, true] {
+            let Outcome::TimedOut { hint, .. } = Outcome::timed_out(wait, maybe_sent) else {
+                unreachable!()
+            };
+            hints.push((hint, None));
+        }
+        for (hint, running) in &hints {
+            // One sentence: a capital first, one full stop, at the end.
+            assert!(hint.starts_with(char::is_uppercase), "{hint}");
+            assert!(hint.ends_with('.'), "{hint}");
+            assert_eq!(hint.matches(". ").count(), 0, "{hint}");
+            for broken in ["1 are", "1 calls", "0 are", " 1 were", "  "] {
+                assert!(!hint.contains(broken), "{hint}");
+            }
+            assert!(!hint.contains("(s)"), "{hint}");
+            if hint.starts_with("Too many calls are waiting") {
+                let expected = match running {
+                    None => "Too many calls are waiting on this key; ",
+                    Some(0) => " while none is running yet;",
+                    Some(1) => " while 1 call is running;",
+                    Some(_) => " while 4 calls are running;",
+                };
+                assert!(hint.contains(expected), "{hint}");
+            }
+        }
     }
 
     #[test]

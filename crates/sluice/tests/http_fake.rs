@@ -124,8 +124,14 @@ async fn two_local_buckets_spend_twice_the_key() {
     let _serial = SERIAL.lock().await;
     const R: usize = 5;
     let server = fake(Limits::new(1_000, Duration::from_secs(1)), RetryAfter::Auto).await;
-    let one = gate(&server, "5/1s", Defaults::default());
-    let two = gate(&server, "5/1s", Defaults::default());
+    // The third wave starts 2.04 s in (two windows and their margins):
+    // within an inline wait of 3 s.
+    let defaults = Defaults {
+        inline_wait: Duration::from_secs(3),
+        ..Defaults::default()
+    };
+    let one = gate(&server, "5/1s", defaults.clone());
+    let two = gate(&server, "5/1s", defaults);
     let drive = |gate: Gate<HttpExecutor>, name: &'static str| async move {
         // 15 calls: 5 now, 5 a window later, 5 two windows later (inline waits).
         let calls = (0..15).map(|i| search(&format!("{name}{i}")));

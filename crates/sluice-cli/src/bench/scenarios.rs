@@ -209,6 +209,7 @@ async fn run_one(
         tools: &TOOLS,
         seed,
         deadline: DEADLINE,
+        queue: None,
     };
     let harness = Harness::new(strategy, &setup)?;
     let start = Instant::now();

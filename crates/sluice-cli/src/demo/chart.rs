@@ -1,4 +1,4 @@
-//! `--chart`: both runs as a timeline of what hit the key, against its limit.
+//! `--chart`: every run, both phases, as a timeline of what hit the key, against its limit.
 
 use std::path::Path;
 use std::time::Duration;
@@ -77,7 +77,10 @@ pub(crate) fn write(path: &Path, runs: &[Run], duration: Duration) -> anyhow::Re
     {
         let mut chart = ChartBuilder::on(panel)
             .caption(
-                format!("{} harness", run.harness.name()),
+                match run.phase {
+                    Some(phase) => format!("{} harness: {phase}", run.harness.name()),
+                    None => format!("{} harness", run.harness.name()),
+                },
                 ("sans-serif", 16),
             )
             .margin(12)

@@ -40,9 +40,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         server.api().reset();
         recorded.push(replay::run(harness, &server, duration, args.seed, &progress).await?);
     }
+    // The second phase, "twelve calls, four now".
+    let mut twelve = Vec::new();
+    for harness in [Strategy::Naive, Strategy::Sluice] {
+        server.api().reset();
+        twelve.push(replay::run_twelve(harness, &server, args.seed, &progress).await?);
+    }
     server.shutdown().await.context("stopping the fake API")?;
 
     let runs: Vec<report::Summary> = recorded.iter().map(report::summarize).collect();
+    let twelve_runs: Vec<report::Summary> = twelve.iter().map(report::summarize).collect();
+    recorded.extend(twelve);
     if let Some(path) = &args.chart {
         chart::write(path, &recorded, duration)
             .with_context(|| format!("writing the chart to {}", path.display()))?;
@@ -52,11 +60,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "{}",
             serde_json::to_string_pretty(&report::Json {
                 seconds: args.seconds,
-                runs: &runs
+                runs: &runs,
+                twelve_calls: &twelve_runs,
             })?
         );
     } else {
         print!("{}", report::table(&runs, args.seconds));
+        print!("{}", report::twelve_table(&twelve_runs));
         if let Some(path) = &args.chart {
             println!("chart written to {}", path.display());
         }

@@ -59,6 +59,18 @@ impl Model {
         calls
     }
 
+    /// The second phase's turn: twelve distinct searches at once, more
+    /// than the key's share lets start now.
+    pub(crate) fn twelve_calls(&mut self) -> Vec<ToolCall> {
+        (0..12)
+            .map(|i| {
+                // (i mod 8, i mod 6) differ for every i below 24: no two coalesce.
+                let query = format!("{} {}", TOPICS[i % TOPICS.len()], FACETS[i % FACETS.len()]);
+                call("search_tickets", json!({ "query": query }), 0)
+            })
+            .collect()
+    }
+
     /// What a model does with "tool failed": split it into two narrower
     /// searches, up to two levels deep.
     pub(crate) fn rephrase(&mut self, failed: &ToolCall) -> Vec<ToolCall> {
@@ -122,6 +134,14 @@ mod tests {
         let third = model.rephrase(&second[0]);
         assert_eq!(third.len(), 2);
         assert!(model.rephrase(&third[0]).is_empty());
+    }
+
+    #[test]
+    fn the_second_phase_asks_twelve_distinct_searches() {
+        let calls = Model::new(1).twelve_calls();
+        let distinct: std::collections::BTreeSet<String> =
+            calls.iter().map(|c| c.args.to_string()).collect();
+        assert_eq!((calls.len(), distinct.len()), (12, 12));
     }
 
     #[test]

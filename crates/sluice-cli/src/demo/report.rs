@@ -1,6 +1,7 @@
 //! What a run showed: counts from the API's records and the model's log, as a table or JSON.
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -31,13 +32,21 @@ pub(crate) struct Summary {
     pub(crate) p95_ms: u64,
     /// The most agent requests the API was serving at once.
     pub(crate) max_in_flight: usize,
+    /// Deferred calls the model re-issued after their wait.
+    pub(crate) reissued: usize,
+    /// Of those, the ones deferred again.
+    pub(crate) reissued_deferred_again: usize,
+    /// The wait of every `rate_limited` the model was told, in the order
+    /// the answers came.
+    pub(crate) deferral_waits_ms: Vec<u64>,
 }
 
-/// `--json`'s shape.
+/// `--json`'s shape: the incident's runs, then the second phase's.
 #[derive(Debug, Serialize)]
 pub(crate) struct Json<'a> {
     pub(crate) seconds: u64,
     pub(crate) runs: &'a [Summary],
+    pub(crate) twelve_calls: &'a [Summary],
 }
 
 pub(crate) fn summarize(run: &Run) -> Summary {
@@ -73,6 +82,18 @@ pub(crate) fn summarize(run: &Run) -> Summary {
                 .filter(|r| r.status == 200)
                 .map(|r| (r.t_ms, r.end_ms)),
         ),
+        reissued: run.reissues.issued.load(Ordering::Relaxed),
+        reissued_deferred_again: run.reissues.deferred_again.load(Ordering::Relaxed),
+        deferral_waits_ms: run
+            .calls
+            .iter()
+            .filter_map(|c| match c.view {
+                View::RateLimited(wait) => {
+                    Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX))
+                }
+                _ => None,
+            })
+            .collect(),
     }
 }
 
@@ -100,10 +121,30 @@ fn peak_overlap(intervals: impl Iterator<Item = (f64, f64)>) -> usize {
     usize::try_from(peak).unwrap_or(0)
 }
 
-/// The side-by-side table and a verdict.
+/// The incident's side-by-side table and a verdict.
 pub(crate) fn table(runs: &[Summary], seconds: u64) -> String {
+    let heading = format!(
+        "A key rated 10 requests per rolling second, shared with a sync job at 4/s; {seconds} s per harness."
+    );
+    let mut out = rows(runs, &heading);
+    let _ = writeln!(out, "\n{}", verdict(runs));
+    out
+}
+
+/// The second phase's table ([`super::replay::TWELVE_CALLS`]) and what it
+/// showed.
+pub(crate) fn twelve_table(runs: &[Summary]) -> String {
+    let heading = "Twelve calls, four now: one turn of 12 distinct calls beside the sync job; sluice holds \
+                   2 running and 2 queued, and the model re-issues each deferred call after its wait.";
+    let mut out = rows(runs, heading);
+    let _ = writeln!(out, "\n{}", twelve_verdict(runs));
+    out
+}
+
+/// The rows of `runs` side by side under `heading`.
+fn rows(runs: &[Summary], heading: &str) -> String {
     type Row = (&'static str, fn(&Summary) -> String);
-    let rows: [Row; 15] = [
+    let rows: [Row; 16] = [
         ("upstream requests (agent)", |s| {
             s.upstream_requests.to_string()
         }),
@@ -121,6 +162,9 @@ pub(crate) fn table(runs: &[Summary], seconds: u64) -> String {
         ("  rate_limited shown to model", |s| {
             s.agent_rate_limited.to_string()
         }),
+        ("  re-issued and deferred again", |s| {
+            format!("{} of {}", s.reissued_deferred_again, s.reissued)
+        }),
         ("  timed out", |s| s.agent_timed_out.to_string()),
         ("  failed (\"tool failed\")", |s| s.agent_failed.to_string()),
         ("  quota exhausted", |s| s.agent_quota_exhausted.to_string()),
@@ -135,10 +179,7 @@ pub(crate) fn table(runs: &[Summary], seconds: u64) -> String {
         ("", |_| String::new()),
     ];
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "\nA key rated 10 requests per rolling second, shared with a sync job at 4/s; {seconds} s per harness.\n"
-    );
+    let _ = writeln!(out, "\n{heading}\n");
     let _ = write!(out, "{:<32}", "");
     for run in runs {
         let _ = write!(out, "{:>12}", run.harness);
@@ -151,8 +192,34 @@ pub(crate) fn table(runs: &[Summary], seconds: u64) -> String {
         }
         out.push('\n');
     }
-    let _ = writeln!(out, "\n{}", verdict(runs));
     out
+}
+
+fn twelve_verdict(runs: &[Summary]) -> String {
+    let [naive, sluice] = runs else {
+        return String::new();
+    };
+    let waits = match (
+        sluice.deferral_waits_ms.iter().min(),
+        sluice.deferral_waits_ms.iter().max(),
+    ) {
+        (Some(least), Some(most)) => format!(", told waits from {least} ms to {most} ms"),
+        _ => String::new(),
+    };
+    format!(
+        "Verdict: sluice deferred calls {}{waits}; re-issued after their waits, {} of {} were \
+         deferred again, and {} calls were answered ok with {} requests ({} throttled). The naive harness \
+         turned {} throttled requests into \"tool failed\" {}, and the model rephrased them into {} calls in all.",
+        times(sluice.agent_rate_limited),
+        sluice.reissued_deferred_again,
+        sluice.reissued,
+        sluice.agent_ok,
+        sluice.upstream_requests,
+        sluice.upstream_throttled,
+        naive.upstream_throttled,
+        times(naive.agent_failed),
+        naive.agent_calls,
+    )
 }
 
 fn verdict(runs: &[Summary]) -> String {

@@ -27,6 +27,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) tools: &'a [&'a str],
     pub(crate) seed: u64,
     pub(crate) deadline: Duration,
+    /// sluice's admission queue (`None`: its default).
+    pub(crate) queue: Option<u32>,
 }
 
 /// A harness, ready to run turns.
@@ -49,6 +51,7 @@ impl Harness {
                     Strategy::SluiceAuto => credential = credential.auto_rate(),
                     _ => credential.rate = setup.rate,
                 }
+                credential.queue = setup.queue;
                 let config = setup.tools.iter().fold(
                     GateConfig::default().credential("api", credential),
                     |config, tool| {

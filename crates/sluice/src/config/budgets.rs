@@ -20,7 +20,8 @@ pub struct GroupConfig {
     pub burst: Option<u32>,
     /// Requests of the group in flight at once; default from Little's law.
     pub max_in_flight: Option<u32>,
-    /// Calls that may wait for one of the group's permits; default four times `max_in_flight`.
+    /// Calls that may wait for one of the group's permits; default the calls
+    /// that can start within the inline wait, less those holding permits.
     pub queue: Option<u32>,
 }
 

@@ -123,7 +123,16 @@ impl CredentialConfig {
                 littles_law(rate, expected_latency)
             }),
         };
-        let queue = self.queue.unwrap_or(max_in_flight.saturating_mul(4));
+        let queue = self.queue.unwrap_or_else(|| {
+            let rates: Vec<Rate> = self.rate.iter().chain(&self.windows).copied().collect();
+            queue_within(
+                &rates,
+                burst,
+                max_in_flight,
+                expected_latency,
+                defaults.inline_wait,
+            )
+        });
         if !self.windows.is_empty() && self.rate.is_none() {
             return Err(ConfigError::new(
                 field("rate"),
@@ -132,7 +141,8 @@ impl CredentialConfig {
         }
         let mut groups = BTreeMap::new();
         for (group, config) in &self.groups {
-            let limits = resolve_group(name, group, config, expected_latency)?;
+            let limits =
+                resolve_group(name, group, config, expected_latency, defaults.inline_wait)?;
             groups.insert(Arc::from(group.as_str()), limits);
         }
         let mut units = Vec::new();
@@ -190,6 +200,7 @@ fn resolve_group(
     name: &str,
     config: &GroupConfig,
     expected_latency: Duration,
+    inline_wait: Duration,
 ) -> Result<GroupLimits, ConfigError> {
     let field = |f: &str| format!("credentials.{credential}.groups.{name}.{f}");
     if name == crate::signal::DEFAULT_SCOPE {
@@ -222,8 +233,60 @@ fn resolve_group(
         rates: config.rates.clone(),
         burst,
         max_in_flight,
-        queue: config.queue.unwrap_or(max_in_flight.saturating_mul(4)),
+        queue: config.queue.unwrap_or_else(|| {
+            queue_within(
+                &config.rates,
+                burst,
+                max_in_flight,
+                expected_latency,
+                inline_wait,
+            )
+        }),
     })
+}
+
+/// The most calls a default queue holds, however long the inline wait:
+/// the queue is never unbounded, and a wait of hours is not one a caller
+/// should sit through in a queue.
+const MAX_DEFAULT_QUEUE: u32 = 10_000;
+
+/// The default queue (issue 50): the calls that can start within
+/// `inline_wait` on a scope with `rates` (every window holds; `burst`
+/// makes the first a bucket) and `cap` permits of `latency` each, less the
+/// `cap` calls that hold the permits. A call that would start within the
+/// inline wait then finds a place; one that would not is deferred by the
+/// drain estimate, not by a queue too short for the rate. At least 1.
+pub(crate) fn queue_within(
+    rates: &[Rate],
+    burst: Option<NonZeroU32>,
+    cap: u32,
+    latency: Duration,
+    inline_wait: Duration,
+) -> u32 {
+    let cap = u64::from(cap.max(1));
+    // Each permit starts a call now and another each time one ends.
+    let waves = inline_wait.as_micros() / latency.as_micros().max(1) + 1;
+    let mut starts = cap.saturating_mul(u64::try_from(waves).unwrap_or(u64::MAX));
+    for (index, rate) in rates.iter().enumerate() {
+        let by_rate = match burst {
+            // A bucket: its burst now, then one per interval.
+            Some(burst) if index == 0 => {
+                let refills = inline_wait.as_micros() / rate.interval().as_micros().max(1);
+                u64::from(burst.get()).saturating_add(u64::try_from(refills).unwrap_or(u64::MAX))
+            }
+            // A window: its count now, and again each time it turns.
+            _ => {
+                let turns = inline_wait.as_micros() / rate.window().as_micros().max(1) + 1;
+                u64::from(rate.count().get())
+                    .saturating_mul(u64::try_from(turns).unwrap_or(u64::MAX))
+            }
+        };
+        starts = starts.min(by_rate);
+    }
+    let queue = starts
+        .saturating_sub(cap)
+        .clamp(1, u64::from(MAX_DEFAULT_QUEUE));
+    u32::try_from(queue).unwrap_or(MAX_DEFAULT_QUEUE)
 }
 
 /// Little's law: concurrency = arrival rate x time in system, at least 1.
@@ -250,10 +313,53 @@ mod tests {
             .resolve("support", &Defaults::default())
             .unwrap();
         assert_eq!(limits.max_in_flight, 4);
-        assert_eq!(limits.queue, 16);
+        // Within the 2 s inline wait: 4 permits of 400 ms start 24 calls,
+        // the rate 30; 4 of them hold the permits.
+        assert_eq!(limits.queue, 20);
         assert_eq!(
             littles_law("1/1h".parse().unwrap(), Duration::from_millis(10)),
             1
+        );
+    }
+
+    /// Issue 50: a default queue holds the calls that can start within the
+    /// inline wait, by the slower of the rate and the permits.
+    #[test]
+    fn the_default_queue_holds_what_can_start_within_the_inline_wait() {
+        let ms = Duration::from_millis;
+        let rate = |r: &str| -> Rate { r.parse().unwrap() };
+        // 2/1s over 10 s: 22 starts; one permit of 500 ms: 21; less the permit.
+        assert_eq!(
+            queue_within(&[rate("2/1s")], None, 1, ms(500), ms(10_000)),
+            20
+        );
+        // The rate is the slower: 2 now and 2 more at 1 s, 2 of them with permits.
+        assert_eq!(
+            queue_within(&[rate("2/1s")], None, 2, ms(100), ms(1_000)),
+            2
+        );
+        // A further window binds too.
+        assert_eq!(
+            queue_within(&[rate("10/1s"), rate("12/1m")], None, 4, ms(100), ms(2_000)),
+            8
+        );
+        // A bucket of 5 refilling 1 per 500 ms: 5 + 4 in 2 s.
+        let burst = NonZeroU32::new(5);
+        assert_eq!(
+            queue_within(&[rate("2/1s")], burst, 1, ms(100), ms(2_000)),
+            8
+        );
+        // A rate slower than the inline wait still queues one.
+        assert_eq!(
+            queue_within(&[rate("1/1h")], None, 1, ms(500), ms(2_000)),
+            1
+        );
+        // No rate: the permits alone, as four times the cap at 2 s and 500 ms.
+        assert_eq!(queue_within(&[], None, 8, ms(500), ms(2_000)), 32);
+        // Never unbounded.
+        assert_eq!(
+            queue_within(&[], None, 64, ms(1), Duration::from_secs(3_600)),
+            MAX_DEFAULT_QUEUE
         );
     }
 }

@@ -122,7 +122,8 @@ pub struct CredentialConfig {
     pub burst: Option<u32>,
     /// Requests in flight at once; default from Little's law (rate x latency, at least 1).
     pub max_in_flight: Option<u32>,
-    /// Calls that may wait for a permit; default four times `max_in_flight`.
+    /// Calls that may wait for a permit; default the calls that can start
+    /// within the inline wait, less those holding permits.
     pub queue: Option<u32>,
     /// Latency expected before any is measured; default [`Defaults::expected_latency`].
     pub expected_latency: Option<Duration>,

@@ -254,6 +254,10 @@ impl Further {
     }
 }
 
+/// The calls [`LimiterCell::nth_start`] reserves one by one on a copy of
+/// the cell; a deferral is rare, and this bounds what one costs.
+const NTH_SIMULATED: usize = 256;
+
 impl LimiterCell {
     /// An exact sliding window (`burst` unset) or GCRA (`burst` set).
     pub fn new(rate: Rate, burst: Option<NonZeroU32>) -> Self {
@@ -302,6 +306,26 @@ impl LimiterCell {
         amount: u64,
     ) -> (Micros, Binding) {
         self.earliest_after(now, not_before, amount)
+    }
+
+    /// The starts `n` calls asking one each from `now` would get, in
+    /// order, charging nothing (issue 50: the waits deferred calls are
+    /// told, exact on windows that let several start at once). Past
+    /// [`NTH_SIMULATED`] calls, the rest are spaced by `interval`.
+    pub fn next_starts(&self, now: Micros, n: usize, interval: Micros) -> Vec<Micros> {
+        let mut cell = self.clone();
+        let mut starts = Vec::with_capacity(n);
+        for _ in 0..n.min(NTH_SIMULATED) {
+            let start = cell.earliest(now);
+            cell.charge_at(start, 1);
+            starts.push(start);
+        }
+        let mut last = starts.last().copied().unwrap_or(now);
+        for _ in starts.len()..n {
+            last = last.saturating_add(interval);
+            starts.push(last);
+        }
+        starts
     }
 
     /// True when a start spending `amount` can ever fit every window.

@@ -49,7 +49,12 @@ async fn queue<'s, E: Executor>(
     let group_permit = match group {
         Some(scope) => {
             let admitted = scope
-                .admit(clock.1, clock.0, &job.deadline, priority)
+                .admit(
+                    (clock.1, clock.0),
+                    engine.defaults.inline_wait,
+                    &job.deadline,
+                    priority,
+                )
                 .await?;
             if admitted.queued {
                 *clock = engine.clock();
@@ -63,7 +68,12 @@ async fn queue<'s, E: Executor>(
         credential.seats.outrank_one(priority);
     }
     let admitted = primary
-        .admit(clock.1, clock.0, &job.deadline, priority)
+        .admit(
+            (clock.1, clock.0),
+            engine.defaults.inline_wait,
+            &job.deadline,
+            priority,
+        )
         .await?;
     if admitted.queued {
         *clock = engine.clock();

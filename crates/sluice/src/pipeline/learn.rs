@@ -249,6 +249,7 @@ pub(super) fn settle<P>(
     let Some(start) = spent.start else {
         return;
     };
+    let mut freed = false;
     for (unit, how) in &job.spend.settle {
         let estimate = spent
             .costs
@@ -257,6 +258,7 @@ pub(super) fn settle<P>(
             .map_or(0, |(_, cost)| *cost);
         match true_cost(how, response) {
             Some(actual) => {
+                freed |= actual < estimate;
                 if primary.settle(unit, start, estimate, actual, job.ask.priority) {
                     tracing::debug!(%unit, estimate, actual, "settled the call's cost");
                 }
@@ -268,6 +270,9 @@ pub(super) fn settle<P>(
                 tracing::debug!(%unit, estimate, "the true cost could not be read; keeping the estimate");
             }
         }
+    }
+    if freed {
+        super::reserve::replan(job.credential);
     }
 }
 

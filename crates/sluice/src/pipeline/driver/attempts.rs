@@ -291,7 +291,14 @@ async fn attempts<E: Executor>(
             // lowered cap, as a new call would.
             drop(admitted.take_permit());
             // Boxed, as `admit`'s queues: only a retry pays for its wait.
-            match Box::pin(primary.admit(now, at, &job.deadline, job.ask.priority)).await {
+            match Box::pin(primary.admit(
+                (now, at),
+                engine.defaults.inline_wait,
+                &job.deadline,
+                job.ask.priority,
+            ))
+            .await
+            {
                 Ok(permit) => {
                     if permit.queued {
                         (at, now) = engine.clock();

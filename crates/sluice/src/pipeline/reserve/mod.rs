@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub(super) use self::outrank::replan;
 use self::outrank::{hand_over, outrank_bucket, outrank_shared, swap, take_back, take_covering};
 pub(super) use self::shadow::shadow_start;
 use self::shared::with_shared;

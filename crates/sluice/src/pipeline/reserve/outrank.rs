@@ -6,12 +6,35 @@ use std::sync::Arc;
 
 use super::{Local, SharedGrant, acquire_from};
 use crate::config::Priority;
-use crate::engine::Engine;
+use crate::engine::{Credential, Engine};
 use crate::limiter::Micros;
 use crate::pipeline::job::Job;
 use crate::scope::{GrantHome, Holding, Scope, ScopeRef, Seats, Ticket};
 use crate::seats::Seated;
 use crate::shared::SharedBudget;
+
+/// Room a true-up freed goes first to the calls already waiting on starts
+/// (issue 50): they give their starts back and ask again, in priority and
+/// arrival order, as slow start's re-plan has them do, so the room moves
+/// their starts earlier instead of waiting for a call that arrives later.
+/// On exact windows, local or shared, any start comes back whole; on a
+/// local bucket only when theirs are its last charges, else nothing moves.
+/// A shared bucket's grants cannot be taken back: there nothing moves.
+pub(in crate::pipeline) fn replan(credential: &Credential) {
+    let seats = &credential.seats;
+    if credential.outranks || credential.outranks_shared {
+        seats.outrank(Priority::High, Micros::MAX);
+    } else if credential.swaps() && !credential.limits.shared {
+        seats.outrank_with(Priority::High, Micros::MAX, |theirs: &[&Holding]| {
+            let held: Vec<(&Scope, &Ticket)> = theirs
+                .iter()
+                .flat_map(|holding| holding.local.iter())
+                .map(|(scope, ticket)| (&**scope, ticket))
+                .collect();
+            Scope::give_back_exactly(&held)
+        });
+    }
+}
 
 /// Gives back the starts of every waiting call of lower priority than
 /// `priority` before `start` together with the caller's own (`local`),

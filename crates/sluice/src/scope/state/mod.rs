@@ -350,13 +350,14 @@ impl Scope {
 
     /// Waits for a concurrency permit in the bounded queue. A full queue, or
     /// a queue that cannot drain within what is left of `deadline`, sheds at
-    /// once with the drain estimate; a permit that does not come by
-    /// `deadline` times out. `now` and `at` are the caller's one reading of
-    /// the clock; [`Admitted::queued`] says whether it went stale here.
+    /// once with the drain estimate, as does one that would wait longer
+    /// than `inline`; a permit that does not come by `deadline` times out.
+    /// `now` and `at` are the caller's one reading of the clock;
+    /// [`Admitted::queued`] says whether it went stale here.
     pub(crate) async fn admit(
         &self,
-        now: Micros,
-        at: Instant,
+        (now, at): (Micros, Instant),
+        inline: Duration,
         deadline: &Deadline,
         priority: Priority,
     ) -> Result<Admitted<'_>, Outcome> {
@@ -367,7 +368,10 @@ impl Scope {
             return Ok(Admitted::now(Some(permit)));
         }
         let estimate = |ahead| self.drain_estimate(admission, ahead, now);
-        match admission.admit_as(priority, deadline, at, estimate).await {
+        match admission
+            .admit_as(priority, deadline, (at, inline), estimate)
+            .await
+        {
             Ok(permit) => Ok(Admitted {
                 permit: Some(permit),
                 queued: true,
@@ -378,6 +382,13 @@ impl Scope {
                 drain,
                 Some(running),
             )),
+            Err((Refused::Later, wait)) => {
+                let window = self.state().limit.enforced().map(|rate| rate.to_string());
+                Err(
+                    Outcome::rate_limited(&self.name, Reason::Throttled, wait, None)
+                        .in_window(window),
+                )
+            }
             Err((Refused::TimedOut, _)) => Err(Outcome::timed_out(deadline.len(), false)),
         }
     }
@@ -426,11 +437,34 @@ impl Scope {
         }
     }
 
+    /// When a start would be free for a call with `ahead` calls in line
+    /// before it: the rate's next starts and the permits, together.
     fn drain_estimate(&self, admission: &Admission, ahead: usize, now: Micros) -> Duration {
-        let mut state = self.state();
-        let next_slot = Duration::from_micros(state.cell.earliest(now) - now);
-        let interval = state.limit.enforced().map(|rate| rate.interval());
-        drain_estimate(ahead, admission.cap(), self.latency(), interval, next_slot)
+        let calls = ahead.saturating_add(1);
+        let slots: Vec<Duration> = {
+            let state = self.state();
+            let interval = state
+                .limit
+                .enforced()
+                .map_or(0, |rate| micros(rate.interval()));
+            if state.limit.shared {
+                // The shared budget keeps the windows; locally, only the spacing.
+                (0..calls)
+                    .map(|i| {
+                        let i = u64::try_from(i).unwrap_or(u64::MAX);
+                        Duration::from_micros(interval.saturating_mul(i))
+                    })
+                    .collect()
+            } else {
+                state
+                    .cell
+                    .next_starts(now, calls, interval)
+                    .into_iter()
+                    .map(|start| Duration::from_micros(start.saturating_sub(now)))
+                    .collect()
+            }
+        };
+        drain_estimate(&slots, admission.cap(), admission.running(), self.latency())
     }
 
     /// When the spent quota resets, if it is spent at `now`.

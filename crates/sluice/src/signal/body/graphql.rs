@@ -132,11 +132,14 @@ mod tests {
                 true,
                 Some(30_000),
             ),
+            // Linear (issue 50): a 400 whose error says RATELIMITED, the
+            // reset in epoch milliseconds: 12.5 s from the response's time.
             (
-                &[("x-ratelimit-requests-reset", "1700000012500")],
+                &[("x-ratelimit-requests-limit", "1500"), ("x-ratelimit-requests-remaining", "0"),
+                  ("x-ratelimit-requests-reset", "1700000012500")],
                 r#"{"errors":[{"message":"Rate limit exceeded","extensions":{"code":"RATELIMITED"}}]}"#.into(),
                 true,
-                None,
+                Some(12_500),
             ),
             (
                 JSON,
@@ -155,6 +158,32 @@ mod tests {
                 .map(|w| u64::try_from(w.delay.as_millis()).unwrap());
             assert_eq!(wait, *wait_ms, "{body}");
         }
+    }
+
+    /// Issue 50: Linear answers a throttle as HTTP 400 with a GraphQL
+    /// `RATELIMITED` error and its reset in epoch milliseconds; the wait is
+    /// read (the test clock's now is epoch 1,700,000,000 s).
+    #[test]
+    fn a_linear_400_throttle_reads_its_epoch_millisecond_reset() {
+        let headers: Headers = &[
+            ("content-type", "application/json; charset=utf-8"),
+            ("x-ratelimit-requests-limit", "5000"),
+            ("x-ratelimit-requests-remaining", "0"),
+            ("x-ratelimit-requests-reset", "1700000042250"),
+        ];
+        let body = r#"{"errors":[{"message":"Rate limit exceeded","locations":[{"line":1,"column":9}],
+            "extensions":{"code":"RATELIMITED","userPresentableMessage":"You have exceeded the rate limit."}}]}"#;
+        let signal = body_signal(400, headers, body);
+        assert!(signal.throttled);
+        let wait = signal.wait().unwrap();
+        assert_eq!(wait.delay, Duration::from_millis(42_250));
+        // Not a request error: a 400 that says RATELIMITED is a deferral.
+        let plain = body_signal(
+            400,
+            &[],
+            r#"{"errors":[{"message":"Argument invalid","extensions":{"code":"INVALID_INPUT"}}]}"#,
+        );
+        assert!(!plain.throttled);
     }
 
     #[test]

@@ -37,9 +37,9 @@ struct Family {
     reset: &'static str,
 }
 
-/// The two spellings, each read on its own; the first one present wins
+/// The spellings, each read on its own; the first one present wins
 /// where they overlap.
-const FAMILIES: [Family; 2] = [
+const FAMILIES: [Family; 3] = [
     Family {
         name: "x-ratelimit",
         global: "x-ratelimit-global",
@@ -63,6 +63,21 @@ const FAMILIES: [Family; 2] = [
         remaining: "x-rate-limit-remaining",
         reset_after: "x-rate-limit-reset-after",
         reset: "x-rate-limit-reset",
+    },
+    // Linear, "Rate limiting" (linear.app/developers/rate-limiting): the
+    // key's request budget as `X-RateLimit-Requests-{Limit,Remaining,Reset}`,
+    // the reset in epoch milliseconds. It names no resource or bucket.
+    Family {
+        name: "x-ratelimit-requests",
+        global: "x-ratelimit-requests-global",
+        scope: "x-ratelimit-requests-scope",
+        resource: "x-ratelimit-requests-resource",
+        bucket: "x-ratelimit-requests-bucket",
+        limit: "x-ratelimit-requests-limit",
+        used: "x-ratelimit-requests-used",
+        remaining: "x-ratelimit-requests-remaining",
+        reset_after: "x-ratelimit-requests-reset-after",
+        reset: "x-ratelimit-requests-reset",
     },
 ];
 
