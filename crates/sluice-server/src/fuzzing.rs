@@ -6,9 +6,8 @@
 use bytes::Bytes;
 use http::uri::PathAndQuery;
 use serde_json::Value;
-use url::Url;
+use sluice_http::{Url, forward};
 
-use crate::forward;
 use crate::routes::turns;
 
 /// Most calls one `/v1/turns` request may carry.

@@ -13,12 +13,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::error::Category;
 use serde_json::{Map, Value};
 use sluice::{Call, Outcome, Priority};
+use sluice_http::{HttpRequest, Outbound, Refused, client_deadline, forward};
 
 use super::error::ApiError;
 use super::limit::read_body;
-use crate::deadline::{Refused, client_deadline};
-use crate::forward;
-use crate::payload::{HttpRequest, Outbound};
 use crate::state::{AppState, Inner};
 
 /// Most calls one request may carry: a turn is a model step, not a batch job.

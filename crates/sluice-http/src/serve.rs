@@ -1,4 +1,4 @@
-//! Serving the app: on one listener on the caller's runtime ([`serve`]),
+//! Serving an app: on one listener on the caller's runtime ([`serve`]),
 //! or on worker threads with a runtime each ([`serve_workers`]); both stop
 //! with a graceful shutdown bounded by a grace period.
 
@@ -10,29 +10,26 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use crate::listener::{App, Limits, Listeners, accept_loop};
-use crate::routes::app;
-use crate::state::AppState;
+use sluice_config::ServerSettings;
 
-/// Serves `state`'s app on `listener` until `shutdown` resolves; then stops
-/// accepting connections and lets requests in progress finish, for at most
-/// [`AppState::shutdown_grace`] (the longest deadline a call can have, so
-/// every accepted call gets its outcome). Connections get `[server]`'s
-/// timeouts and limits; they are served on the caller's runtime.
+use crate::listener::{App, Limits, Listeners, accept_loop};
+
+/// Serves `app` on `listener` until `shutdown` resolves; then calls
+/// `closing` (to end responses that would never end), stops accepting
+/// connections and lets requests in progress finish, for at most `grace`.
+/// Connections get `server`'s timeouts and limits; they are served on the
+/// caller's runtime.
 pub async fn serve(
     listener: TcpListener,
-    state: AppState,
+    app: App,
+    server: &ServerSettings,
+    grace: Duration,
+    closing: impl FnOnce(),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let grace = state.shutdown_grace();
-    let streams = state.clone();
-    let limits = Limits::of(&state.config().server);
+    let limits = Limits::of(server);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (stop, stopping) = watch::channel(false);
-    let app = App {
-        router: app(state.clone()),
-        state: Some(state),
-    };
     let serving = accept_loop(listener, app, limits, slots, stopping);
     tokio::pin!(serving);
     tokio::select! {
@@ -41,29 +38,26 @@ pub async fn serve(
     }
     announce(grace);
     // Open pages would hold their connections for the whole grace period.
-    streams.close_streams();
+    closing();
     let _ = stop.send(true);
     finish(serving, grace).await;
     Ok(())
 }
 
-/// Serves `state`'s app on `listeners`, one worker thread per socket, each
-/// with its own current-thread runtime, until `shutdown` resolves; then as
-/// [`serve`]. The caller's runtime keeps running what `state` needs (the
-/// shared budget's connection to Redis).
+/// Serves `app` on `listeners`, one worker thread per socket, each with
+/// its own current-thread runtime, until `shutdown` resolves; then as
+/// [`serve`]. The caller's runtime keeps running what the app needs
+/// beside its connections (the sidecar's shared budget's connection to Redis).
 pub async fn serve_workers(
     listeners: Listeners,
-    state: AppState,
+    app: App,
+    server: &ServerSettings,
+    grace: Duration,
+    closing: impl FnOnce(),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let grace = state.shutdown_grace();
-    let streams = state.clone();
-    let limits = Limits::of(&state.config().server);
+    let limits = Limits::of(server);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let app = App {
-        router: app(state.clone()),
-        state: Some(state),
-    };
     let (stop, stopping) = watch::channel(false);
     let workers = listeners.sockets.len();
     let (done, mut finished) = mpsc::channel::<io::Result<()>>(workers.max(1));
@@ -107,7 +101,7 @@ pub async fn serve_workers(
     if early.is_none() {
         announce(grace);
     }
-    streams.close_streams();
+    closing();
     let _ = stop.send(true);
     let mut outcome = early.unwrap_or(Ok(()));
     while left > 0 {
@@ -129,17 +123,14 @@ pub async fn serve_workers(
 pub async fn serve_router(
     listener: TcpListener,
     router: axum::Router,
-    limits: &sluice_config::ServerSettings,
+    limits: &ServerSettings,
     grace: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let limits = Limits::of(limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (stop, stopping) = watch::channel(false);
-    let app = App {
-        router,
-        state: None,
-    };
+    let app = App::new(router);
     let serving = accept_loop(listener, app, limits, slots, stopping);
     tokio::pin!(serving);
     tokio::select! {

@@ -8,7 +8,7 @@ use sluice_config::MAX_DURATION;
 
 /// Why a client-given deadline is refused; the caller names the field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// Zero milliseconds.
     Zero,
     /// Longer than [`MAX_DURATION`]; carries that bound in milliseconds.
@@ -16,7 +16,7 @@ pub(crate) enum Refused {
 }
 
 /// `ms` as a deadline, at most `cap` (the shutdown grace period's base).
-pub(crate) fn client_deadline(ms: u64, cap: Duration) -> Result<Duration, Refused> {
+pub fn client_deadline(ms: u64, cap: Duration) -> Result<Duration, Refused> {
     let deadline = Duration::from_millis(ms);
     if deadline.is_zero() {
         return Err(Refused::Zero);
