@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 use serde_json::{Map, Value};
 use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
-use sluice_server::{HttpRequest, Outbound, Url};
+use sluice_http::{HttpRequest, Outbound, Url};
 
 use crate::bridge::{Answer, BoxFuture, Pending, block_on};
 use crate::convert::to_json;
@@ -173,13 +173,13 @@ impl TurnCore {
                 let message = format!("unknown credential {:?}", spec.credential);
                 return Ok(Prepared::new(Err(refuse(message))));
             };
-            let target = match sluice_server::fuzzing::join(
+            let target = match sluice_http::forward::join(
                 &upstream.base_url,
                 &rendered.path,
                 rendered.query.as_deref(),
             ) {
                 Ok(target) => target,
-                Err(message) => return Ok(Prepared::new(Err(refuse(message)))),
+                Err(error) => return Ok(Prepared::new(Err(refuse(error.to_string())))),
             };
             let mut headers = HeaderMap::new();
             headers.insert(ACCEPT, HeaderValue::from_static("application/json"));

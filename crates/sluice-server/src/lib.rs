@@ -81,7 +81,6 @@ pub use serve_app::{serve, serve_workers};
 // The HTTP plumbing the sidecar is built on (`sluice-http`), named here
 // for the sidecar's callers.
 pub use sluice_http::{ClientError, HttpExecutor, HttpRequest, Listeners, Outbound, Url, bind};
-pub use sluice_http::{redis_config, scrub, serve_router};
 pub use state::{AppState, MIN_DEADLINE_CAP, StartError};
 // The configuration this crate is built from (`AppState::new` takes it,
 // `StartError::Config` carries its error).
