@@ -27,6 +27,20 @@ pub fn client_deadline(ms: u64, cap: Duration) -> Result<Duration, Refused> {
     Ok(deadline.min(cap))
 }
 
+/// A call's `deadline_ms` (a `/v1/turns` call's, a Python call's): none,
+/// or bounded and capped as [`client_deadline`] does; the refusal is the
+/// message, naming the field.
+pub fn call_deadline(deadline_ms: Option<u64>, cap: Duration) -> Result<Option<Duration>, String> {
+    match deadline_ms.map(|ms| client_deadline(ms, cap)) {
+        None => Ok(None),
+        Some(Ok(deadline)) => Ok(Some(deadline)),
+        Some(Err(Refused::Zero)) => Err("deadline_ms must be at least 1".to_owned()),
+        Some(Err(Refused::TooLong(max))) => Err(format!(
+            "deadline_ms must be at most {max} (the longest allowed duration)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,5 +59,23 @@ mod tests {
                 Err(Refused::TooLong(u128::from(week)))
             );
         }
+    }
+
+    #[test]
+    fn a_calls_deadline_refusal_names_the_field() {
+        let cap = Duration::from_secs(300);
+        assert_eq!(call_deadline(None, cap), Ok(None));
+        assert_eq!(
+            call_deadline(Some(10), cap),
+            Ok(Some(Duration::from_millis(10)))
+        );
+        assert_eq!(
+            call_deadline(Some(0), cap),
+            Err("deadline_ms must be at least 1".to_owned())
+        );
+        assert_eq!(
+            call_deadline(Some(u64::MAX), cap),
+            Err("deadline_ms must be at most 604800000 (the longest allowed duration)".to_owned())
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! # Mental model
 //!
 //! - An engine call carries an [`Outbound`]: a configured tool's rendered
-//!   [`HttpRequest`], or a request that arrived at the proxy. [`forward`]
+//!   [`HttpRequest`] ([`tool_call`] makes it, for every front end), or a
+//!   request that arrived at the proxy. [`forward`]
 //!   joins its target below the credential's base URL (and refuses a path
 //!   that would climb out of it); [`client_deadline`] bounds the deadline a
 //!   client gave it.
@@ -31,12 +32,14 @@ pub mod scrub;
 mod serve;
 #[cfg(feature = "redis")]
 mod shared;
+mod tool_call;
 
-pub use deadline::{Refused, client_deadline};
+pub use deadline::{Refused, call_deadline, client_deadline};
 pub use executor::{ClientError, HttpExecutor, UpstreamBody};
 pub use listener::{App, Direct, DirectAnswer, Listeners, bind};
 pub use payload::{HttpRequest, Outbound};
 pub use serve::{serve, serve_router, serve_workers};
 #[cfg(feature = "redis")]
 pub use shared::redis_config;
+pub use tool_call::{Refusal, ToolCall, tool_call};
 pub use url::Url;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, RANGE};
+use http::header::{ACCEPT, HeaderMap, RANGE};
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Method};
 use parking_lot::Mutex;
@@ -16,7 +16,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 use serde_json::{Map, Value};
 use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
-use sluice_http::{HttpRequest, Outbound, Url};
+use sluice_config::MAX_DURATION;
+use sluice_http::{HttpRequest, Outbound, ToolCall, Url, tool_call};
 
 use crate::bridge::{Answer, BoxFuture, Pending, block_on};
 use crate::convert::to_json;
@@ -149,54 +150,23 @@ impl TurnCore {
         deadline_ms: Option<u64>,
     ) -> PyResult<Prepared> {
         guard(|| {
-            let Some(spec) = self.state.tools.get(tool) else {
-                return Ok(Prepared::new(Err(Outcome::error(
-                    None,
-                    format!("unknown tool {tool:?}"),
-                ))));
+            let args = object_args(args)?;
+            let prepared = tool_call(
+                &self.state.tools,
+                &self.state.upstreams,
+                tool,
+                args.as_ref(),
+                deadline_ms,
+                MAX_DURATION,
+            );
+            let ready = match prepared {
+                Ok(ToolCall { outbound, deadline }) => {
+                    let call = Call::with_payload(tool, Payload::Http(Arc::new(outbound)));
+                    Ok(with_deadline(call, deadline))
+                }
+                Err(refusal) => Err(refusal.outcome),
             };
-            let refuse = |message: String| Outcome::error(None, format!("{tool}: {message}"));
-            let Some(args) = object_args(args)? else {
-                return Ok(Prepared::new(Err(refuse(
-                    "args must be a JSON object".to_owned(),
-                ))));
-            };
-            let deadline = match deadline(tool, deadline_ms) {
-                Ok(deadline) => deadline,
-                Err(outcome) => return Ok(Prepared::new(Err(outcome))),
-            };
-            let rendered = match spec.render(&args) {
-                Ok(rendered) => rendered,
-                Err(error) => return Ok(Prepared::new(Err(refuse(error.to_string())))),
-            };
-            let Some(upstream) = self.state.upstreams.get(&spec.credential) else {
-                let message = format!("unknown credential {:?}", spec.credential);
-                return Ok(Prepared::new(Err(refuse(message))));
-            };
-            let target = match sluice_http::forward::join(
-                &upstream.base_url,
-                &rendered.path,
-                rendered.query.as_deref(),
-            ) {
-                Ok(target) => target,
-                Err(error) => return Ok(Prepared::new(Err(refuse(error.to_string())))),
-            };
-            let mut headers = HeaderMap::new();
-            headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-            if rendered.body.is_some() {
-                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            }
-            let outbound = Outbound::Tool {
-                args: Value::Object(args),
-                request: HttpRequest {
-                    method: rendered.method,
-                    target,
-                    headers,
-                    body: rendered.body.unwrap_or_default(),
-                },
-            };
-            let call = Call::with_payload(tool, Payload::Http(Arc::new(outbound)));
-            Ok(Prepared::new(Ok(with_deadline(call, deadline))))
+            Ok(Prepared::new(ready))
         })
     }
 
