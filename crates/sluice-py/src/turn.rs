@@ -17,7 +17,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 use serde_json::{Map, Value};
 use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
 use sluice_config::MAX_DURATION;
-use sluice_http::{HttpRequest, Outbound, ToolCall, Url, tool_call};
+use sluice_http::{HttpRequest, Outbound, ToolCall, Url, call_deadline, tool_call};
 
 use crate::bridge::{Answer, BoxFuture, Pending, block_on};
 use crate::convert::to_json;
@@ -87,15 +87,11 @@ fn object_args(args: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Map<String, V
     }
 }
 
-/// A call-given deadline: at least 1 ms (the engine refuses more than a week).
+/// A call-given deadline, checked as the sidecar checks a call's
+/// `deadline_ms` (1 ms to a week); no shutdown grace period caps it here.
 fn deadline(label: &str, deadline_ms: Option<u64>) -> Result<Option<Duration>, Outcome> {
-    match deadline_ms {
-        Some(0) => Err(Outcome::error(
-            None,
-            format!("{label}: deadline_ms must be at least 1"),
-        )),
-        other => Ok(other.map(Duration::from_millis)),
-    }
+    call_deadline(deadline_ms, MAX_DURATION)
+        .map_err(|message| Outcome::error(None, format!("{label}: {message}")))
 }
 
 fn with_deadline(call: Call<Payload>, deadline: Option<Duration>) -> Call<Payload> {
