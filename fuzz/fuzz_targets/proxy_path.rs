@@ -18,8 +18,8 @@ mod paths;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use sluice_server::Url;
-use sluice_server::fuzzing::{climbs, join, join_by_url};
+use sluice_http::Url;
+use sluice_http::forward::{climbs, join, join_by_url};
 
 static BASE: LazyLock<Url> =
     LazyLock::new(|| Url::parse("http://127.0.0.1:9000/base/v1/").expect("a valid base URL"));

@@ -18,8 +18,10 @@ use std::sync::LazyLock;
 use http::uri::PathAndQuery;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value, json};
-use sluice_server::fuzzing::{MAX_CALLS, ParsedTurn, join, join_by_url, parse_turn};
-use sluice_server::{SidecarConfig, Url};
+use sluice_http::Url;
+use sluice_http::forward::{join, join_by_url};
+use sluice_server::SidecarConfig;
+use sluice_server::fuzzing::{MAX_CALLS, ParsedTurn, parse_turn};
 
 const TOML: &str = r#"
 [credentials.support]

@@ -24,10 +24,9 @@
 //!   (`catch_unwind`); a call's future is spawned, and a panic in it
 //!   rejects its promise.
 
-// The sidecar's HTTP side, in one line: the executor, its request types,
-// the proxy's join below a base URL, and the Redis settings. (They are
-// moving to a crate of their own; only this line and Cargo.toml change.)
-use sluice_server::{HttpExecutor, HttpRequest, Outbound, Url, fuzzing::join, redis_config};
+// The HTTP side every front end shares: the executor, its request types,
+// the one tool-call preparation, and the Redis settings.
+use sluice_http::{HttpExecutor, HttpRequest, Outbound, ToolCall, Url, redis_config, tool_call};
 
 mod cancel;
 mod executor;

@@ -5,16 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{HttpRequest, Outbound, join};
+use crate::{ToolCall, tool_call};
 use futures_util::future::join_all;
-use http::HeaderValue;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use napi::bindgen_prelude::{ClassInstance, PromiseRaw};
 use napi::{Env, Error, Status};
 use napi_derive::napi;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
+use sluice_config::MAX_DURATION;
 
 use crate::cancel::{Canceller, aborted_of, cancellable};
 use crate::executor::{JsExecutor, JsWork, Payload, Start, outcome_of};
@@ -213,45 +212,24 @@ impl TurnCore {
 }
 
 impl TurnCore {
-    /// A configured tool's call, built from the same parts as sluice-py's
-    /// and the sidecar's: the tool's template, the proxy's join below the
-    /// base URL, the sidecar's payload.
+    /// A configured tool's call, prepared by the one function the sidecar
+    /// and the Python package use too ([`sluice_http::tool_call`]).
     fn configured(&self, tool: &str, args: &str, deadline_ms: Option<f64>) -> Ready {
-        let Some(spec) = self.state.tools.get(tool) else {
-            return Err(Outcome::error(None, format!("unknown tool {tool:?}")));
-        };
-        let refuse = |message: String| Outcome::error(None, format!("{tool}: {message}"));
-        let Some(args) = object_args(args) else {
-            return Err(refuse("args must be a JSON object".to_owned()));
-        };
-        let deadline = deadline(tool, deadline_ms)?;
-        let rendered = spec
-            .render(&args)
-            .map_err(|error| refuse(error.to_string()))?;
-        let Some(upstream) = self.state.upstreams.get(&spec.credential) else {
-            return Err(refuse(format!("unknown credential {:?}", spec.credential)));
-        };
-        let target = join(
-            &upstream.base_url,
-            &rendered.path,
-            rendered.query.as_deref(),
-        )
-        .map_err(refuse)?;
-        let mut headers = HeaderMap::new();
-        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        if rendered.body.is_some() {
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let deadline_ms = deadline(tool, deadline_ms)?.map(|deadline| deadline.as_millis() as u64);
+        let args = object_args(args);
+        match tool_call(
+            &self.state.tools,
+            &self.state.upstreams,
+            tool,
+            args.as_ref(),
+            deadline_ms,
+            MAX_DURATION,
+        ) {
+            Ok(ToolCall { outbound, deadline }) => {
+                let call = Call::with_payload(tool, Payload::Http(Arc::new(outbound)));
+                Ok(with_deadline(call, deadline))
+            }
+            Err(refusal) => Err(refusal.outcome),
         }
-        let outbound = Outbound::Tool {
-            args: Value::Object(args),
-            request: HttpRequest {
-                method: rendered.method,
-                target,
-                headers,
-                body: rendered.body.unwrap_or_default(),
-            },
-        };
-        let call = Call::with_payload(tool, Payload::Http(Arc::new(outbound)));
-        Ok(with_deadline(call, deadline))
     }
 }

@@ -13,7 +13,7 @@ use crate::outbox::Outbox;
 use crate::progress::ProgressObserver;
 use crate::router::Router;
 use crate::signals::Detector;
-use sluice_server::scrub::Scrubber;
+use sluice_http::scrub::Scrubber;
 
 /// An MCP proxy over any pair of byte streams. [`crate::run`] wires it to
 /// a child process and this process's standard input and output.

@@ -24,7 +24,7 @@ use crate::progress::Watch;
 use crate::proxy::Proxy;
 use crate::reply;
 use crate::session_turn::SessionTurn;
-use sluice_server::scrub::Scrubber;
+use sluice_http::scrub::Scrubber;
 
 /// Where a handled message's response goes.
 #[derive(Debug, Clone)]

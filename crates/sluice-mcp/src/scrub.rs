@@ -4,7 +4,7 @@
 //! (`http/listen.rs`), which masks headers, whole bodies, and streamed
 //! bodies across chunk boundaries.
 
-use sluice_server::scrub::Scrubber;
+use sluice_http::scrub::Scrubber;
 
 /// `message` with every secret masked; unchanged, without a copy, when
 /// there is no scrubber or no secret in it.

@@ -11,7 +11,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use sluice::{Completion, Executor, Outcome, Request, TransportError};
-use sluice_server::{HttpExecutor, Outbound};
+use sluice_http::{HttpExecutor, Outbound};
 
 use crate::bridge::PyTaskFuture;
 

@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use sluice::Gate;
 use sluice_config::{ConfigError, EmbeddedConfig, ToolSpec, Upstream};
+use sluice_http::{HttpExecutor, redis_config};
 use sluice_redis::RedisBudget;
-use sluice_server::{HttpExecutor, redis_config};
 
 use crate::convert::to_json;
 use crate::errors::{config_error, guard, internal};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, RANGE};
+use http::header::{ACCEPT, HeaderMap, RANGE};
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Method};
 use parking_lot::Mutex;
@@ -16,7 +16,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 use serde_json::{Map, Value};
 use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
-use sluice_server::{HttpRequest, Outbound, Url};
+use sluice_config::MAX_DURATION;
+use sluice_http::{HttpRequest, Outbound, ToolCall, Url, call_deadline, tool_call};
 
 use crate::bridge::{Answer, BoxFuture, Pending, block_on};
 use crate::convert::to_json;
@@ -86,15 +87,11 @@ fn object_args(args: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Map<String, V
     }
 }
 
-/// A call-given deadline: at least 1 ms (the engine refuses more than a week).
+/// A call-given deadline, checked as the sidecar checks a call's
+/// `deadline_ms` (1 ms to a week); no shutdown grace period caps it here.
 fn deadline(label: &str, deadline_ms: Option<u64>) -> Result<Option<Duration>, Outcome> {
-    match deadline_ms {
-        Some(0) => Err(Outcome::error(
-            None,
-            format!("{label}: deadline_ms must be at least 1"),
-        )),
-        other => Ok(other.map(Duration::from_millis)),
-    }
+    call_deadline(deadline_ms, MAX_DURATION)
+        .map_err(|message| Outcome::error(None, format!("{label}: {message}")))
 }
 
 fn with_deadline(call: Call<Payload>, deadline: Option<Duration>) -> Call<Payload> {
@@ -149,54 +146,23 @@ impl TurnCore {
         deadline_ms: Option<u64>,
     ) -> PyResult<Prepared> {
         guard(|| {
-            let Some(spec) = self.state.tools.get(tool) else {
-                return Ok(Prepared::new(Err(Outcome::error(
-                    None,
-                    format!("unknown tool {tool:?}"),
-                ))));
+            let args = object_args(args)?;
+            let prepared = tool_call(
+                &self.state.tools,
+                &self.state.upstreams,
+                tool,
+                args.as_ref(),
+                deadline_ms,
+                MAX_DURATION,
+            );
+            let ready = match prepared {
+                Ok(ToolCall { outbound, deadline }) => {
+                    let call = Call::with_payload(tool, Payload::Http(Arc::new(outbound)));
+                    Ok(with_deadline(call, deadline))
+                }
+                Err(refusal) => Err(refusal.outcome),
             };
-            let refuse = |message: String| Outcome::error(None, format!("{tool}: {message}"));
-            let Some(args) = object_args(args)? else {
-                return Ok(Prepared::new(Err(refuse(
-                    "args must be a JSON object".to_owned(),
-                ))));
-            };
-            let deadline = match deadline(tool, deadline_ms) {
-                Ok(deadline) => deadline,
-                Err(outcome) => return Ok(Prepared::new(Err(outcome))),
-            };
-            let rendered = match spec.render(&args) {
-                Ok(rendered) => rendered,
-                Err(error) => return Ok(Prepared::new(Err(refuse(error.to_string())))),
-            };
-            let Some(upstream) = self.state.upstreams.get(&spec.credential) else {
-                let message = format!("unknown credential {:?}", spec.credential);
-                return Ok(Prepared::new(Err(refuse(message))));
-            };
-            let target = match sluice_server::fuzzing::join(
-                &upstream.base_url,
-                &rendered.path,
-                rendered.query.as_deref(),
-            ) {
-                Ok(target) => target,
-                Err(message) => return Ok(Prepared::new(Err(refuse(message)))),
-            };
-            let mut headers = HeaderMap::new();
-            headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-            if rendered.body.is_some() {
-                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            }
-            let outbound = Outbound::Tool {
-                args: Value::Object(args),
-                request: HttpRequest {
-                    method: rendered.method,
-                    target,
-                    headers,
-                    body: rendered.body.unwrap_or_default(),
-                },
-            };
-            let call = Call::with_payload(tool, Payload::Http(Arc::new(outbound)));
-            Ok(Prepared::new(Ok(with_deadline(call, deadline))))
+            Ok(Prepared::new(ready))
         })
     }
 

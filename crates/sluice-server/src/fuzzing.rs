@@ -1,15 +1,12 @@
-//! Entry points for the fuzz targets in `fuzz/`: the sidecar's parsers of outside input, reachable without a socket. Not a stable API.
+//! Entry points for the fuzz targets in `fuzz/`: the sidecar's parser of outside input, reachable without a socket. Not a stable API.
 //!
-//! Each function is the handler's own code (the turn-request parser, the
-//! proxy's path checks), re-exported, so that what is fuzzed is what serves.
+//! The function is the handler's own code (the turn-request parser),
+//! re-exported, so that what is fuzzed is what serves. The proxy's path
+//! checks are `sluice_http::forward`'s, public there.
 
-use bytes::Bytes;
-use http::uri::PathAndQuery;
-use serde_json::Value;
-use url::Url;
-
-use crate::forward;
 use crate::routes::turns;
+use bytes::Bytes;
+use serde_json::Value;
 
 /// Most calls one `/v1/turns` request may carry.
 pub const MAX_CALLS: usize = turns::MAX_CALLS;
@@ -64,23 +61,4 @@ pub fn parse_turn(body: &[u8]) -> Result<ParsedTurn, Refused> {
             })
             .collect(),
     })
-}
-
-/// The proxy's check: true when a path (as the client encoded it) could
-/// climb above where it is joined, so the request is refused with 400.
-pub fn climbs(path: &str) -> bool {
-    forward::climbs(path)
-}
-
-/// The target (path and query) a path and query become below a
-/// credential's base URL, sent to its origin, or the refusal (the message
-/// the client would get).
-pub fn join(base: &Url, path: &str, query: Option<&str>) -> Result<PathAndQuery, String> {
-    forward::join(base, path, query).map_err(|error| error.to_string())
-}
-
-/// [`join`] as the URL parser makes it, for any path: what `join` must
-/// agree with.
-pub fn join_by_url(base: &Url, path: &str, query: Option<&str>) -> Result<PathAndQuery, String> {
-    forward::join_by_url(base, path, query).map_err(|error| error.to_string())
 }

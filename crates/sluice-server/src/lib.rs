@@ -64,31 +64,24 @@
 //! # }
 //! ```
 
-mod deadline;
-mod executor;
-mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
-mod listener;
 mod metrics;
-mod payload;
 mod relay;
 mod routes;
-pub mod scrub;
-mod serve;
+mod serve_app;
 mod state;
 mod turn_registry;
 
-pub use executor::{ClientError, HttpExecutor};
-pub use listener::{Listeners, bind};
 pub use metrics::Metrics;
-pub use payload::{HttpRequest, Outbound};
 pub use routes::{
     DEADLINE_HEADER, OUTCOME_HEADER, PRIORITY_HEADER, REASON_HEADER, SCOPE_HEADER, TURN_HEADER, app,
 };
-pub use serve::{serve, serve_router, serve_workers};
-pub use state::{AppState, MIN_DEADLINE_CAP, StartError, redis_config};
-pub use url::Url;
+pub use serve_app::{serve, serve_workers};
+// The HTTP plumbing the sidecar is built on (`sluice-http`), named here
+// for the sidecar's callers.
+pub use sluice_http::{ClientError, HttpExecutor, HttpRequest, Listeners, Outbound, Url, bind};
+pub use state::{AppState, MIN_DEADLINE_CAP, StartError};
 // The configuration this crate is built from (`AppState::new` takes it,
 // `StartError::Config` carries its error).
 pub use sluice_config::{ConfigError, SidecarConfig};

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use sluice::Gate;
-use sluice_config::{ConfigError, SharedSettings, SidecarConfig};
-use sluice_redis::{RedisBudget, RedisConfig};
+use sluice_config::{ConfigError, SidecarConfig};
+use sluice_http::scrub::Scrubber;
+use sluice_http::{ClientError, HttpExecutor, redis_config};
+use sluice_redis::RedisBudget;
 
-use crate::executor::{ClientError, HttpExecutor};
 use crate::metrics::Metrics;
-use crate::scrub::Scrubber;
 use crate::turn_registry::{MAX_TURNS, TurnRegistry};
 
 /// Client-given deadlines (`deadline_ms`, `x-sluice-deadline-ms`) are capped
@@ -236,33 +236,4 @@ impl Inner {
             .or_insert_with(|| Arc::from(format!("{plain}:/{segment}")))
             .clone()
     }
-}
-
-/// The Redis backend's settings from `[shared]`: `redis_urls` means a
-/// cluster (its seeds), `redis_url` one node. The Python package's gate
-/// connects with the same settings.
-pub fn redis_config(settings: &SharedSettings) -> RedisConfig {
-    let mut config = if settings.redis_urls.is_empty() {
-        let url = settings
-            .redis_url
-            .as_ref()
-            .map(|url| url.expose().to_owned())
-            .unwrap_or_default();
-        RedisConfig::single(url)
-    } else {
-        RedisConfig::cluster(
-            settings
-                .redis_urls
-                .iter()
-                .map(|url| url.expose().to_owned()),
-        )
-    };
-    config = config.timeout(settings.timeout);
-    if let Some(share) = settings.fallback_share {
-        config = config.fallback_share(share);
-    }
-    if let Some(path) = &settings.tls_ca_file {
-        config = config.tls_ca_file(path);
-    }
-    config
 }

@@ -6,8 +6,9 @@ mod support;
 
 use http::StatusCode;
 use serde_json::json;
-use sluice_server::Url;
-use sluice_server::fuzzing::{climbs, join, parse_turn};
+use sluice_http::Url;
+use sluice_http::forward::{climbs, join};
+use sluice_server::fuzzing::parse_turn;
 use support::{Echo, config, get, router, send, turn};
 
 /// `proxy_path`: the URL parser drops tabs and newlines from a path, so

@@ -100,7 +100,7 @@ pub async fn serve_http(
         shutdown.await;
         let _ = stopping.send(true);
     };
-    let served = sluice_server::serve_router(listener, router, &settings, grace, shutdown).await;
+    let served = sluice_http::serve_router(listener, router, &settings, grace, shutdown).await;
     // Each session's child is stopped at once; together they take one grace.
     let ending: Vec<_> = hub
         .sessions
@@ -136,7 +136,7 @@ fn app(hub: Arc<Hub>, max_body: u64) -> Router {
     match scrubber {
         Some(scrubber) => router.layer(axum::middleware::from_fn_with_state(
             scrubber,
-            sluice_server::scrub::scrub_responses,
+            sluice_http::scrub::scrub_responses,
         )),
         None => router,
     }
@@ -537,7 +537,7 @@ async fn upstream_get(
             // Masked as it streams, never read whole first.
             response
                 .extensions_mut()
-                .insert(sluice_server::scrub::Streamed);
+                .insert(sluice_http::scrub::Streamed);
             response
         }
         Err(_) => refuse(StatusCode::BAD_GATEWAY, "cannot reach the MCP server"),

@@ -10,8 +10,8 @@ use super::auth::require_token;
 use super::error::ApiError;
 use super::limit::limit_body;
 use super::{proxy, status, turns, ui};
-use crate::scrub::scrub_responses;
 use crate::state::AppState;
+use sluice_http::scrub::scrub_responses;
 
 /// The sidecar as an axum [`Router`], testable without a socket.
 ///

@@ -8,8 +8,8 @@ use axum::response::Response;
 use http::Method;
 
 use super::{auth, limit, proxy};
-use crate::scrub::scrub;
 use crate::state::AppState;
+use sluice_http::scrub::scrub;
 
 /// True for a path the router would hand to the proxy route.
 pub(crate) fn is_proxy(path: &str) -> bool {

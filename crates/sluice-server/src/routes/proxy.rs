@@ -16,15 +16,12 @@ use http::header::{ACCEPT, CONTENT_LENGTH, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use percent_encoding::percent_decode_str;
 use sluice::{Call, Completion, Outcome, Priority, Route, Streaming};
+use sluice_http::scrub::Streamed;
+use sluice_http::{HttpRequest, Outbound, Refused, UpstreamBody, client_deadline, forward};
 
 use super::error::ApiError;
 use super::limit::read_body;
-use crate::deadline::{Refused, client_deadline};
-use crate::executor::UpstreamBody;
-use crate::forward;
-use crate::payload::{HttpRequest, Outbound};
 use crate::relay::Relay;
-use crate::scrub::Streamed;
 use crate::state::AppState;
 
 /// The call's deadline in milliseconds (else the configured default).

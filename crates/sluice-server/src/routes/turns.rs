@@ -7,18 +7,14 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::future::join_all;
-use http::HeaderValue;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use serde::{Deserialize, Serialize};
 use serde_json::error::Category;
 use serde_json::{Map, Value};
 use sluice::{Call, Outcome, Priority};
+use sluice_http::{Outbound, Refusal, ToolCall, tool_call};
 
 use super::error::ApiError;
 use super::limit::read_body;
-use crate::deadline::{Refused, client_deadline};
-use crate::forward;
-use crate::payload::{HttpRequest, Outbound};
 use crate::state::{AppState, Inner};
 
 /// Most calls one request may carry: a turn is a model step, not a batch job.
@@ -157,67 +153,37 @@ pub(crate) fn parse(body: &Bytes) -> Result<TurnRequest, ApiError> {
 /// A call as the engine takes it, or the outcome that answers it without
 /// sending anything (unknown tool, bad arguments, bad deadline).
 fn prepare(inner: &Inner, call: &CallRequest) -> Result<Call<Outbound>, Outcome> {
-    let Some(spec) = inner.config.tools.get(&call.tool) else {
-        let outcome = Outcome::error(None, format!("unknown tool {:?}", call.tool));
-        inner.metrics.record_outcome("", UNKNOWN_TOOL, &outcome);
-        return Err(outcome);
-    };
-    let refuse = |message: String| {
-        let outcome = Outcome::error(None, format!("{}: {message}", call.tool));
-        inner
-            .metrics
-            .record_outcome(&spec.credential, &call.tool, &outcome);
-        outcome
-    };
+    // An absent `args` is no arguments.
     let empty = Map::new();
     let args = match &call.args {
-        Value::Null => &empty,
-        Value::Object(args) => args,
-        _ => return Err(refuse("args must be a JSON object".to_owned())),
+        Value::Null => Some(&empty),
+        Value::Object(args) => Some(args),
+        _ => None,
     };
-    let deadline = match call
-        .deadline_ms
-        .map(|ms| client_deadline(ms, inner.deadline_cap))
-    {
-        None => None,
-        Some(Ok(deadline)) => Some(deadline),
-        Some(Err(Refused::Zero)) => {
-            return Err(refuse("deadline_ms must be at least 1".to_owned()));
+    let config = &inner.config;
+    let prepared = tool_call(
+        &config.tools,
+        &config.credentials,
+        &call.tool,
+        args,
+        call.deadline_ms,
+        inner.deadline_cap,
+    );
+    let ToolCall { outbound, deadline } = match prepared {
+        Ok(prepared) => prepared,
+        Err(Refusal {
+            outcome,
+            credential,
+        }) => {
+            let (credential, tool) = match credential {
+                Some(credential) => (credential, call.tool.as_str()),
+                None => ("", UNKNOWN_TOOL),
+            };
+            inner.metrics.record_outcome(credential, tool, &outcome);
+            return Err(outcome);
         }
-        Some(Err(Refused::TooLong(max))) => {
-            return Err(refuse(format!(
-                "deadline_ms must be at most {max} (the longest allowed duration)"
-            )));
-        }
     };
-    let rendered = spec
-        .render(args)
-        .map_err(|error| refuse(error.to_string()))?;
-    let Some(upstream) = inner.config.credentials.get(&spec.credential) else {
-        return Err(refuse(format!("unknown credential {:?}", spec.credential)));
-    };
-    let target = forward::join(
-        &upstream.base_url,
-        &rendered.path,
-        rendered.query.as_deref(),
-    )
-    .map_err(|error| refuse(error.to_string()))?;
-    let mut headers = HeaderMap::new();
-    headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-    if rendered.body.is_some() {
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    }
-    let request = HttpRequest {
-        method: rendered.method,
-        target,
-        headers,
-        body: rendered.body.unwrap_or_default(),
-    };
-    let payload = Outbound::Tool {
-        args: Value::Object(args.clone()),
-        request,
-    };
-    let mut prepared = Call::with_payload(&call.tool, payload);
+    let mut prepared = Call::with_payload(&call.tool, outbound);
     if let Some(deadline) = deadline {
         prepared = prepared.deadline(deadline);
     }

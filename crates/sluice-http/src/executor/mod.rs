@@ -6,6 +6,6 @@ mod body;
 mod client;
 mod send;
 
-pub(crate) use body::UpstreamBody;
+pub use body::UpstreamBody;
 pub use client::ClientError;
 pub use send::HttpExecutor;

@@ -8,7 +8,7 @@ use sluice_config::MAX_DURATION;
 
 /// Why a client-given deadline is refused; the caller names the field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// Zero milliseconds.
     Zero,
     /// Longer than [`MAX_DURATION`]; carries that bound in milliseconds.
@@ -16,7 +16,7 @@ pub(crate) enum Refused {
 }
 
 /// `ms` as a deadline, at most `cap` (the shutdown grace period's base).
-pub(crate) fn client_deadline(ms: u64, cap: Duration) -> Result<Duration, Refused> {
+pub fn client_deadline(ms: u64, cap: Duration) -> Result<Duration, Refused> {
     let deadline = Duration::from_millis(ms);
     if deadline.is_zero() {
         return Err(Refused::Zero);
@@ -25,6 +25,20 @@ pub(crate) fn client_deadline(ms: u64, cap: Duration) -> Result<Duration, Refuse
         return Err(Refused::TooLong(MAX_DURATION.as_millis()));
     }
     Ok(deadline.min(cap))
+}
+
+/// A call's `deadline_ms` (a `/v1/turns` call's, a Python call's): none,
+/// or bounded and capped as [`client_deadline`] does; the refusal is the
+/// message, naming the field.
+pub fn call_deadline(deadline_ms: Option<u64>, cap: Duration) -> Result<Option<Duration>, String> {
+    match deadline_ms.map(|ms| client_deadline(ms, cap)) {
+        None => Ok(None),
+        Some(Ok(deadline)) => Ok(Some(deadline)),
+        Some(Err(Refused::Zero)) => Err("deadline_ms must be at least 1".to_owned()),
+        Some(Err(Refused::TooLong(max))) => Err(format!(
+            "deadline_ms must be at most {max} (the longest allowed duration)"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -45,5 +59,23 @@ mod tests {
                 Err(Refused::TooLong(u128::from(week)))
             );
         }
+    }
+
+    #[test]
+    fn a_calls_deadline_refusal_names_the_field() {
+        let cap = Duration::from_secs(300);
+        assert_eq!(call_deadline(None, cap), Ok(None));
+        assert_eq!(
+            call_deadline(Some(10), cap),
+            Ok(Some(Duration::from_millis(10)))
+        );
+        assert_eq!(
+            call_deadline(Some(0), cap),
+            Err("deadline_ms must be at least 1".to_owned())
+        );
+        assert_eq!(
+            call_deadline(Some(u64::MAX), cap),
+            Err("deadline_ms must be at most 604800000 (the longest allowed duration)".to_owned())
+        );
     }
 }

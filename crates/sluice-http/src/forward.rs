@@ -11,7 +11,7 @@ use url::Url;
 
 /// Removes hop-by-hop headers (and the names `Connection` lists) in place:
 /// an owned upstream answer is forwarded without copying its header map.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let mut drop: Vec<HeaderName> = headers
         .keys()
         .filter(|name| is_hop_by_hop(name))
@@ -45,7 +45,7 @@ fn connection_listed(headers: &HeaderMap) -> Vec<String> {
 /// `Host`, our `x-sluice-*`, any `Authorization` and the credential's own
 /// auth header (the sidecar injects the secret there). Copied, not
 /// filtered in place: removing from a header map reorders it.
-pub(crate) fn request_headers(incoming: &HeaderMap, auth_header: &HeaderName) -> HeaderMap {
+pub fn request_headers(incoming: &HeaderMap, auth_header: &HeaderName) -> HeaderMap {
     let listed = if incoming.contains_key(header::CONNECTION) {
         connection_listed(incoming)
     } else {
@@ -66,7 +66,7 @@ pub(crate) fn request_headers(incoming: &HeaderMap, auth_header: &HeaderName) ->
 
 /// An upstream response's headers as the client gets them: without
 /// hop-by-hop headers (the sidecar's own connection sets those).
-pub(crate) fn response_headers(upstream: &HeaderMap) -> HeaderMap {
+pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
     let listed = connection_listed(upstream);
     let mut headers = HeaderMap::with_capacity(upstream.len());
     for (name, value) in upstream {
@@ -81,7 +81,7 @@ pub(crate) fn response_headers(upstream: &HeaderMap) -> HeaderMap {
 /// True when a path could climb above where it is joined: a `..` segment,
 /// plain or percent-encoded (any case, even encoded twice), separated by `/`
 /// or `\`, or as Tomcat's `..;`.
-pub(crate) fn climbs(path: &str) -> bool {
+pub fn climbs(path: &str) -> bool {
     // Without a dot, plain or encoded (`%2e`), there is no `..` to find.
     if !path.bytes().any(|b| b == b'.' || b == b'%') {
         return false;
@@ -118,7 +118,7 @@ pub(crate) fn climbs(path: &str) -> bool {
 /// Why a request cannot be pointed at its credential's base URL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the path {0:?} would leave the credential's base URL")]
-pub(crate) struct LeavesBase(pub(crate) String);
+pub struct LeavesBase(pub String);
 
 /// `path` (starting with `/`) and `query` below `base`'s path: the
 /// origin-form target (path and query) a request sends to `base`'s origin,
@@ -126,11 +126,7 @@ pub(crate) struct LeavesBase(pub(crate) String);
 /// back unchanged (most are) are put together as they are; any other goes
 /// through the parser ([`join_by_url`]). The two agree on every input
 /// (tested, and asserted by the `proxy_path` fuzz target).
-pub(crate) fn join(
-    base: &Url,
-    path: &str,
-    query: Option<&str>,
-) -> Result<PathAndQuery, LeavesBase> {
+pub fn join(base: &Url, path: &str, query: Option<&str>) -> Result<PathAndQuery, LeavesBase> {
     let plain = matches!(base.scheme(), "http" | "https")
         && plain_path(path)
         && query.is_none_or(plain_query);
@@ -140,7 +136,7 @@ pub(crate) fn join(
 /// [`join`] through the URL parser, whatever the path holds: it resolves
 /// `.` segments and percent-encodes what a URL's path or query may not
 /// hold as it is.
-pub(crate) fn join_by_url(
+pub fn join_by_url(
     base: &Url,
     path: &str,
     query: Option<&str>,

@@ -32,7 +32,7 @@ const STREAM_TYPES: [&str; 6] = [
 /// caller that takes it. A body read whole is the response's own (the
 /// outcome parses it only if something reads it).
 #[derive(Debug, Clone)]
-pub(crate) struct UpstreamBody(Arc<Mutex<Option<(Bytes, Incoming)>>>);
+pub struct UpstreamBody(Arc<Mutex<Option<(Bytes, Incoming)>>>);
 
 impl UpstreamBody {
     pub(crate) fn new(read: Bytes, rest: Incoming) -> Self {
@@ -40,7 +40,7 @@ impl UpstreamBody {
     }
 
     /// The body, for the one caller that takes it first.
-    pub(crate) fn take(&self) -> Option<(Bytes, Incoming)> {
+    pub fn take(&self) -> Option<(Bytes, Incoming)> {
         self.0.lock().take()
     }
 }

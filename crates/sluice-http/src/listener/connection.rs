@@ -24,8 +24,6 @@ use tower_service::Service as _;
 
 use super::activity::{Activity, Verdict, Watched};
 use super::limits::Limits;
-use crate::routes::direct;
-use crate::state::AppState;
 
 /// How soon a connection already past a timeout is looked at again.
 const RECHECK: Duration = Duration::from_millis(100);
@@ -121,12 +119,41 @@ fn due(verdict: Verdict) -> Instant {
     }
 }
 
-/// What a connection serves: the app's router, and (the sidecar) its
-/// state for the proxy route answered without it ([`direct`]).
+/// The answer of a route taken without the router.
+pub type DirectAnswer = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+/// A route a connection answers without the router (the sidecar's proxy
+/// route, its hot path). It must answer as the router would, its layers
+/// included.
+pub trait Direct: Send + Sync + 'static {
+    /// True for a request this route answers.
+    fn takes(&self, request: &Request<Body>) -> bool;
+    /// The answer to a request it [takes](Direct::takes).
+    fn answer(&self, request: Request<Body>) -> DirectAnswer;
+}
+
+/// What a connection serves: a router, and optionally a route answered
+/// without it ([`Direct`]).
 #[derive(Clone)]
-pub(crate) struct App {
-    pub(crate) router: Router,
-    pub(crate) state: Option<AppState>,
+pub struct App {
+    router: Router,
+    direct: Option<Arc<dyn Direct>>,
+}
+
+impl App {
+    /// Serves `router`.
+    pub fn new(router: Router) -> Self {
+        App {
+            router,
+            direct: None,
+        }
+    }
+
+    /// Answers the requests `direct` takes without the router.
+    pub fn direct(mut self, direct: Arc<dyn Direct>) -> Self {
+        self.direct = Some(direct);
+        self
+    }
 }
 
 /// The app as hyper's service, telling the connection's [`Activity`] when
@@ -145,13 +172,10 @@ impl hyper::service::Service<Request<Incoming>> for Tracking {
     fn call(&self, request: Request<Incoming>) -> TrackedFuture {
         self.activity.busy();
         let request = request.map(Body::new);
-        let inner = if let Some(state) = &self.app.state
-            && direct::is_proxy(request.uri().path())
-        {
-            Answer::Direct(Box::pin(direct::proxy(state.clone(), request)))
-        } else {
+        let inner = match &self.app.direct {
+            Some(direct) if direct.takes(&request) => Answer::Direct(direct.answer(request)),
             // The router is always ready (axum's `Router::poll_ready`).
-            Answer::Routed(self.app.router.clone().call(request))
+            _ => Answer::Routed(self.app.router.clone().call(request)),
         };
         TrackedFuture {
             inner,
@@ -166,7 +190,7 @@ impl hyper::service::Service<Request<Incoming>> for Tracking {
 #[allow(clippy::large_enum_variant)]
 enum Answer {
     Routed(axum::routing::future::RouteFuture<Infallible>),
-    Direct(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
+    Direct(DirectAnswer),
 }
 
 struct TrackedFuture {

@@ -1,4 +1,4 @@
-//! The sidecar's listener: connections accepted and served by hyper, with
+//! The listener the sidecar and `sluice mcp --listen` serve on: connections accepted and served by hyper, with
 //! header-read and idle timeouts, a bound on open connections, accept errors
 //! (a full file-descriptor table) backed off, and one worker thread per CPU,
 //! each with its own runtime and its own socket on the port.
@@ -10,6 +10,6 @@ mod limits;
 mod workers;
 
 pub(crate) use accept::accept_loop;
-pub(crate) use connection::App;
+pub use connection::{App, Direct, DirectAnswer};
 pub(crate) use limits::Limits;
 pub use workers::{Listeners, bind};
