@@ -367,7 +367,7 @@ async fn progress_for_a_waiting_call_goes_on_its_own_post_stream() {
     // An open GET stream: progress about a POST's request is not sent there.
     let mut get = TcpStream::connect(&server.addr).await.unwrap();
     get.write_all(
-        format!("GET /mcp HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n\r\n")
+        format!("GET /mcp HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n\r\n")
             .as_bytes(),
     )
     .await
@@ -528,7 +528,7 @@ async fn open_get(addr: &str, session: &str, last: Option<&str>) -> TcpStream {
     let mut get = TcpStream::connect(addr).await.unwrap();
     let last = last.map_or(String::new(), |id| format!("last-event-id: {id}\r\n"));
     get.write_all(
-        format!("GET /mcp HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n{last}\r\n")
+        format!("GET /mcp HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n{last}\r\n")
             .as_bytes(),
     )
     .await

@@ -3,6 +3,7 @@
 //! `http://ADDR/mcp` (`--listen ADDR`, [`listen`]).
 
 mod client;
+mod guard;
 pub(crate) mod listen;
 mod overload;
 mod routes;
