@@ -32,6 +32,7 @@ use crate::mcp_exposure::{self, McpExposure};
 use crate::mcp_http::{self, McpHttp, UpstreamAuth};
 use crate::mcp_sessions::{self, McpSessions};
 use crate::server::{self, ServerSettings};
+use crate::shared::SharedSettings;
 use crate::{load, shared, value};
 
 /// The proxy's configuration: build it with [`McpConfig::from_toml`] or [`McpConfig::load`].
@@ -90,6 +91,9 @@ pub struct McpConfig {
     /// ones (`[mcp] allowed_hosts`, `allowed_origins`; the CLI's
     /// `--allow-host` and `--allow-origin` add to them).
     pub exposure: McpExposure,
+    /// `[shared]`: where the budgets of `shared = true` credentials live
+    /// (Redis), as for the sidecar; `None` without the section.
+    pub shared: Option<SharedSettings>,
     /// `[server]`, read only when `sluice mcp --listen` serves clients.
     pub(crate) server: ServerFile,
     /// Each credential's `secret_env`, by credential: scrubbed from what
@@ -201,12 +205,6 @@ fn build(file: File, credential: Option<&str>) -> Result<McpConfig, ConfigError>
     let shared = file.shared.as_ref().map(shared::settings).transpose()?;
     shared::check_section(shared.as_ref(), &file.credentials)?;
     gate.validate()?;
-    if let Some((name, _)) = file.credentials.iter().find(|(_, c)| c.shared) {
-        return Err(ConfigError::invalid(
-            format!("credentials.{name}.shared"),
-            "shared budgets need the Redis backend, which is not wired into sluice mcp yet; set shared = false",
-        ));
-    }
     let mut tools = BTreeMap::new();
     for (name, tool) in &file.tools {
         tools.insert(name.clone(), tool_override(name, tool)?);
@@ -286,6 +284,7 @@ fn build(file: File, credential: Option<&str>) -> Result<McpConfig, ConfigError>
         http,
         sessions,
         exposure,
+        shared,
         server: file.server,
         secret_envs,
     })
@@ -478,11 +477,19 @@ mod tests {
             None,
             "defaults.deadline",
         );
+        // A shared budget needs [shared], as for the sidecar.
         refused(
-            "[credentials.a]\nshared = true\n[shared]\nredis_url = \"redis://x\"",
+            "[credentials.a]\nshared = true",
             None,
             "credentials.a.shared",
         );
+        let shared = McpConfig::from_toml(
+            "[credentials.a]\nshared = true\n[shared]\nredis_url = \"redis://127.0.0.1:1\"",
+            None,
+        )
+        .unwrap();
+        assert!(shared.gate.credentials["a"].shared);
+        assert!(shared.shared.is_some());
         refused("[credentials.a]\n[extra]\nx = 1", None, "extra");
         let error = McpConfig::from_toml("[credentials.a\n", None).unwrap_err();
         assert!(error.to_string().contains("line 1"), "{error}");

@@ -73,7 +73,7 @@ pub async fn serve_http(
     settings: ServerSettings,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), McpError> {
-    let gate = proxy.gate()?;
+    let gate = proxy.gate().await?;
     let mut server = server;
     if let Server::Remote(remote) = &mut server
         && settings.auth_token.is_some()

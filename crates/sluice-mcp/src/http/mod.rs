@@ -35,7 +35,7 @@ where
     AI: AsyncRead + Unpin + Send + 'static,
     AO: AsyncWrite + Unpin + Send + 'static,
 {
-    let gate = proxy.gate()?;
+    let gate = proxy.gate().await?;
     let client = upstream::client()?;
     let upstream =
         upstream::HttpUpstream::new(client, &remote, proxy.config().gate.defaults.deadline);
