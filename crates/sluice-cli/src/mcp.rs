@@ -32,6 +32,14 @@ pub(crate) struct Args {
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
 
+    /// A Host name `--listen` answers besides loopback ones (adds to `[mcp] allowed_hosts`; repeatable).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_host: Vec<String>,
+
+    /// An Origin `--listen` accepts besides loopback ones (adds to `[mcp] allowed_origins`; repeatable).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
+
     /// Shadow mode for every credential: decisions are recorded, no call is delayed, shed or deferred.
     #[arg(long)]
     shadow: bool,
@@ -60,6 +68,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::logging::init();
     let mut config = McpConfig::load(&args.config, args.credential.as_deref())
         .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
+    for host in &args.allow_host {
+        config.exposure.add_host(host, "--allow-host")?;
+    }
+    for origin in &args.allow_origin {
+        config.exposure.add_origin(origin, "--allow-origin")?;
+    }
     if args.shadow {
         config.gate = config.gate.shadow_all();
         tracing::info!(
@@ -188,6 +202,24 @@ mod tests {
             .is_err()
         );
         assert!(!remote.args.shadow);
+        let exposed = Wrapper::try_parse_from([
+            "mcp",
+            "--config",
+            "s.toml",
+            "--listen",
+            "0.0.0.0:7879",
+            "--allow-host",
+            "a.example",
+            "--allow-host",
+            "b.example",
+            "--allow-origin",
+            "https://app.example",
+            "--",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!(exposed.args.allow_host, ["a.example", "b.example"]);
+        assert_eq!(exposed.args.allow_origin, ["https://app.example"]);
         let shadow =
             Wrapper::try_parse_from(["mcp", "--config", "s.toml", "--shadow", "--", "x"]).unwrap();
         assert!(shadow.args.shadow);

@@ -120,6 +120,68 @@ fn configuration_errors_name_the_field() {
     assert!(stderr.contains("/nonexistent/server"), "{stderr}");
 }
 
+/// Issue 54: off loopback, `--listen` needs the names it answers to, and
+/// refuses to start without them; the flags give them.
+#[test]
+fn listening_off_loopback_needs_allowed_hosts() {
+    let file = config("[credentials.a]\n[server]\nauth_token_env = \"SLUICE_TEST_CLIENT_TOKEN\"\n");
+    let output = sluice()
+        .args(["mcp", "--config"])
+        .arg(&file.0)
+        .args(["--listen", "0.0.0.0:0", "--", "true"])
+        .env("SLUICE_TEST_CLIENT_TOKEN", "t")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("mcp.allowed_hosts"), "{stderr}");
+
+    let output = sluice()
+        .args(["mcp", "--config"])
+        .arg(&file.0)
+        .args([
+            "--listen",
+            "0.0.0.0:0",
+            "--allow-origin",
+            "app.example",
+            "--",
+            "true",
+        ])
+        .env("SLUICE_TEST_CLIENT_TOKEN", "t")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--allow-origin"), "{stderr}");
+
+    // With a name it starts (and is stopped here once it says so).
+    let mut child = sluice()
+        .args(["mcp", "--config"])
+        .arg(&file.0)
+        .args([
+            "--listen",
+            "0.0.0.0:0",
+            "--allow-host",
+            "mcp.example.com",
+            "--",
+            "true",
+        ])
+        .env("SLUICE_TEST_CLIENT_TOKEN", "t")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(first.starts_with("listening on http://0.0.0.0:"), "{first}");
+}
+
 /// A Python MCP-ish server that records its pid and what it was sent, and
 /// reacts to SIGTERM as `on_term` says.
 #[cfg(unix)]

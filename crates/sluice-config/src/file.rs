@@ -191,6 +191,8 @@ pub(crate) struct McpFile {
     pub(crate) session_idle: Option<String>,
     pub(crate) max_sessions: Option<i64>,
     pub(crate) session_queue: Option<i64>,
+    pub(crate) allowed_hosts: Option<Vec<String>>,
+    pub(crate) allowed_origins: Option<Vec<String>>,
     pub(crate) upstream_secret_env: Option<String>,
     pub(crate) upstream_auth_header: Option<String>,
     pub(crate) upstream_auth_prefix: Option<String>,

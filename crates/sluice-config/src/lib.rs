@@ -60,6 +60,7 @@ mod headers;
 mod limits;
 mod load;
 mod mcp;
+mod mcp_exposure;
 mod mcp_http;
 mod mcp_secrets;
 mod mcp_sessions;
@@ -78,6 +79,7 @@ pub use headers::{SLUICE_HEADER_PREFIX, is_hop_by_hop, is_reserved_request_heade
 pub use mcp::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_SHUTDOWN_GRACE, Deferral, McpConfig, ToolOverride,
 };
+pub use mcp_exposure::McpExposure;
 pub use mcp_http::{McpHttp, UpstreamAuth};
 pub use mcp_sessions::{
     DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, DEFAULT_SESSION_QUEUE, McpSessions,

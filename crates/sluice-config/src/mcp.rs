@@ -15,7 +15,8 @@
 //!   `path` (a sidecar tool's are accepted and ignored);
 //! - `[mcp]` is only ours: `credential`, `deferral`, `rate_limit_patterns`,
 //!   `trust_annotations`, `max_message_size`, `shutdown_grace`, and for
-//!   `--listen` `session_idle`, `max_sessions`, `session_queue`.
+//!   `--listen` `session_idle`, `max_sessions`, `session_queue`,
+//!   `allowed_hosts`, `allowed_origins`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,9 +28,11 @@ use crate::defaults::defaults;
 use crate::error::ConfigError;
 use crate::file::{File, ServerFile, ToolFile};
 use crate::limits::limits;
+use crate::mcp_exposure::{self, McpExposure};
 use crate::mcp_http::{self, McpHttp, UpstreamAuth};
 use crate::mcp_sessions::{self, McpSessions};
 use crate::server::{self, ServerSettings};
+use crate::shared::SharedSettings;
 use crate::{load, shared, value};
 
 /// The proxy's configuration: build it with [`McpConfig::from_toml`] or [`McpConfig::load`].
@@ -84,6 +87,13 @@ pub struct McpConfig {
     /// The bounds on `--listen` sessions (`[mcp] session_idle`,
     /// `max_sessions`, `session_queue`).
     pub sessions: McpSessions,
+    /// The `Host` and `Origin` values `--listen` answers besides loopback
+    /// ones (`[mcp] allowed_hosts`, `allowed_origins`; the CLI's
+    /// `--allow-host` and `--allow-origin` add to them).
+    pub exposure: McpExposure,
+    /// `[shared]`: where the budgets of `shared = true` credentials live
+    /// (Redis), as for the sidecar; `None` without the section.
+    pub shared: Option<SharedSettings>,
     /// `[server]`, read only when `sluice mcp --listen` serves clients.
     pub(crate) server: ServerFile,
     /// Each credential's `secret_env`, by credential: scrubbed from what
@@ -140,8 +150,9 @@ pub struct ToolOverride {
 impl McpConfig {
     /// `[server]` for `sluice mcp --listen ADDR`: the listener's timeouts
     /// and connection cap, and the clients' bearer token
-    /// (`server.auth_token_env`, read from `env`), required when `listen`
-    /// is not a loopback address. `listen` wins over `server.listen`.
+    /// (`server.auth_token_env`, read from `env`). When `listen` is not a
+    /// loopback address both the token and `[mcp] allowed_hosts` are
+    /// required. `listen` wins over `server.listen`.
     pub fn listener(
         &self,
         listen: Option<std::net::SocketAddr>,
@@ -152,6 +163,15 @@ impl McpConfig {
             settings.listen = listen;
         }
         settings.check_exposure()?;
+        let listen = settings.listen;
+        if !listen.ip().is_loopback() && self.exposure.allowed_hosts.is_empty() {
+            return Err(ConfigError::invalid(
+                "mcp.allowed_hosts",
+                format!(
+                    "required to listen on {listen}, which is not a loopback address: list the Host names clients reach it by (or pass --allow-host); requests naming any other host are refused"
+                ),
+            ));
+        }
         Ok(settings)
     }
 
@@ -185,12 +205,6 @@ fn build(file: File, credential: Option<&str>) -> Result<McpConfig, ConfigError>
     let shared = file.shared.as_ref().map(shared::settings).transpose()?;
     shared::check_section(shared.as_ref(), &file.credentials)?;
     gate.validate()?;
-    if let Some((name, _)) = file.credentials.iter().find(|(_, c)| c.shared) {
-        return Err(ConfigError::invalid(
-            format!("credentials.{name}.shared"),
-            "shared budgets need the Redis backend, which is not wired into sluice mcp yet; set shared = false",
-        ));
-    }
     let mut tools = BTreeMap::new();
     for (name, tool) in &file.tools {
         tools.insert(name.clone(), tool_override(name, tool)?);
@@ -198,6 +212,7 @@ fn build(file: File, credential: Option<&str>) -> Result<McpConfig, ConfigError>
     let mcp = file.mcp.unwrap_or_default();
     let http = mcp_http::section(&mcp)?;
     let sessions = mcp_sessions::section(&mcp)?;
+    let exposure = mcp_exposure::section(&mcp)?;
     let section = mcp;
     let credential = choose(&gate, credential, section.credential.as_deref())?;
     let deferral = match section.deferral.as_deref() {
@@ -268,6 +283,8 @@ fn build(file: File, credential: Option<&str>) -> Result<McpConfig, ConfigError>
         shutdown_grace,
         http,
         sessions,
+        exposure,
+        shared,
         server: file.server,
         secret_envs,
     })
@@ -460,11 +477,19 @@ mod tests {
             None,
             "defaults.deadline",
         );
+        // A shared budget needs [shared], as for the sidecar.
         refused(
-            "[credentials.a]\nshared = true\n[shared]\nredis_url = \"redis://x\"",
+            "[credentials.a]\nshared = true",
             None,
             "credentials.a.shared",
         );
+        let shared = McpConfig::from_toml(
+            "[credentials.a]\nshared = true\n[shared]\nredis_url = \"redis://127.0.0.1:1\"",
+            None,
+        )
+        .unwrap();
+        assert!(shared.gate.credentials["a"].shared);
+        assert!(shared.shared.is_some());
         refused("[credentials.a]\n[extra]\nx = 1", None, "extra");
         let error = McpConfig::from_toml("[credentials.a\n", None).unwrap_err();
         assert!(error.to_string().contains("line 1"), "{error}");

@@ -176,7 +176,9 @@ mod tests {
     #[test]
     fn a_listener_off_loopback_needs_the_token() {
         let config = McpConfig::from_toml(
-            &format!("[server]\nauth_token_env = \"CLIENT_TOKEN\"\nidle_timeout = \"5s\"\n{BASE}"),
+            &format!(
+                "[server]\nauth_token_env = \"CLIENT_TOKEN\"\nidle_timeout = \"5s\"\n[mcp]\nallowed_hosts = [\"mcp.example.com\"]\n{BASE}"
+            ),
             None,
         )
         .unwrap();

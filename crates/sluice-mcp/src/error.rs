@@ -15,6 +15,10 @@ pub enum McpError {
         /// Why.
         source: std::io::Error,
     },
+    /// The Redis backend of `shared = true` refused the configuration or
+    /// this client (Redis merely down is not an error: it starts in fallback).
+    #[error("the shared budget's backend (Redis): {0}")]
+    Shared(#[from] sluice_redis::Error),
     /// Waiting for the MCP server, or reading standard input, failed.
     #[error("{context}: {source}")]
     Io {

@@ -136,6 +136,7 @@ mod reply;
 mod router;
 mod scrub;
 mod session_turn;
+mod shared;
 mod signals;
 mod stdin;
 

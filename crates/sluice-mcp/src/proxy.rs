@@ -112,7 +112,7 @@ impl Proxy {
         SI: AsyncWrite + Unpin + Send + 'static,
         SO: AsyncRead + Unpin + Send + 'static,
     {
-        let gate = self.gate()?;
+        let gate = self.gate().await?;
         let cap = limits::queue_cap(self.config.max_message_size);
         let (to_agent, agent_writer) =
             Outbox::spawn_scrubbed("agent", agent_out, cap, self.scrubber.clone());
@@ -150,12 +150,15 @@ impl Proxy {
 
 impl Proxy {
     /// The gate every session of this proxy spends.
-    pub(crate) fn gate(&self) -> Result<Gate<ServerExecutor>, McpError> {
+    pub(crate) async fn gate(&self) -> Result<Gate<ServerExecutor>, McpError> {
         // Progress notifications for calls that wait (see `progress.rs`).
         let mut builder = Gate::builder(self.config.gate.clone(), ServerExecutor)
             .observer(Arc::new(ProgressObserver));
         if let Some(seed) = self.seed {
             builder = builder.seed(seed);
+        }
+        if let Some(budget) = crate::shared::budget(&self.config).await? {
+            builder = builder.shared(budget);
         }
         Ok(builder.build()?)
     }

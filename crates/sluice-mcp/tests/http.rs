@@ -608,7 +608,7 @@ async fn the_listener_closes_a_slow_head_and_caps_connections() {
     ));
     // A head that never ends is closed after the header-read timeout.
     let mut slow = TcpStream::connect(&addr).await.unwrap();
-    slow.write_all(b"POST /mcp HTTP/1.1\r\nhost: x\r\n")
+    slow.write_all(b"POST /mcp HTTP/1.1\r\nhost: localhost\r\n")
         .await
         .unwrap();
     let started = Instant::now();

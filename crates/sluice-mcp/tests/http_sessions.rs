@@ -367,7 +367,7 @@ async fn progress_for_a_waiting_call_goes_on_its_own_post_stream() {
     // An open GET stream: progress about a POST's request is not sent there.
     let mut get = TcpStream::connect(&server.addr).await.unwrap();
     get.write_all(
-        format!("GET /mcp HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n\r\n")
+        format!("GET /mcp HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n\r\n")
             .as_bytes(),
     )
     .await
@@ -528,7 +528,7 @@ async fn open_get(addr: &str, session: &str, last: Option<&str>) -> TcpStream {
     let mut get = TcpStream::connect(addr).await.unwrap();
     let last = last.map_or(String::new(), |id| format!("last-event-id: {id}\r\n"));
     get.write_all(
-        format!("GET /mcp HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n{last}\r\n")
+        format!("GET /mcp HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n{last}\r\n")
             .as_bytes(),
     )
     .await
@@ -573,4 +573,126 @@ async fn a_broken_get_stream_resumes_with_last_event_id_and_loses_nothing() {
         .map(|(_, m)| &m["params"]["data"]["n"])
         .collect();
     assert_eq!(ns, [1, 2, 3], "{next:?}");
+}
+
+/// A stdio server that exits when its input ends, as MCP servers do.
+const POLITE: &str = r#"
+import json, os, sys
+with open(sys.argv[1], "a") as f:
+    f.write("start %d\n" % os.getpid())
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" in m:
+        r = {"protocolVersion": "2025-06-18", "capabilities": {}, "serverInfo": {"name": "s", "version": "0"}} if m.get("method") == "initialize" else {}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}) + "\n")
+        sys.stdout.flush()
+"#;
+
+/// The state letter of `/proc/PID/stat` (`Z` for a zombie), or `None` once
+/// the process is gone (reaped).
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// This process's resident set, in KiB.
+fn own_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 54: a client that opens sessions and walks away (no DELETE, as the
+/// conformance suite does) never holds more than `max_sessions` children:
+/// each new session past the cap closes the least recently used idle one,
+/// whose child is stopped and reaped.
+#[tokio::test]
+async fn fifty_abandoned_sessions_leave_at_most_max_sessions_children() {
+    const CAP: usize = 8;
+    let dir = scratch();
+    let script = dir.join("server.py");
+    std::fs::write(&script, POLITE).unwrap();
+    let log = dir.join("log");
+    let config = McpConfig::from_toml(
+        &format!("[credentials.api]\nrate = \"100/1s\"\n[mcp]\nmax_sessions = {CAP}\nshutdown_grace = \"200ms\""),
+        None,
+    )
+    .unwrap();
+    let settings = config
+        .listener("127.0.0.1:0".parse().ok(), &|_| None)
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let command = Command {
+        program: "python3".into(),
+        args: vec![script.into_os_string(), log.clone().into_os_string()],
+    };
+    tokio::spawn(sluice_mcp::serve_http(
+        Proxy::new(config),
+        Server::Command(command),
+        listener,
+        settings,
+        std::future::pending(),
+    ));
+    let pids = || -> Vec<u32> {
+        lines(&log)
+            .iter()
+            .filter_map(|l| l.strip_prefix("start ")?.parse().ok())
+            .collect()
+    };
+    let live = || {
+        pids()
+            .into_iter()
+            .filter(|pid| proc_state(*pid).is_some())
+            .count()
+    };
+    let mut ids = Vec::new();
+    let mut rss_at_ten = 0;
+    let mut peak = 0;
+    for n in 0..50 {
+        let (status, head, body) = post(&addr, None, INIT).await;
+        assert_eq!(status, 200, "session {n}: {head}{body}");
+        ids.push(
+            head.lines()
+                .find_map(|l| l.strip_prefix("mcp-session-id: "))
+                .unwrap()
+                .to_owned(),
+        );
+        peak = peak.max(live());
+        if n == 9 {
+            rss_at_ten = own_rss_kib();
+        }
+    }
+    // The evicted children are stopped; wait for the last of them.
+    let began = Instant::now();
+    while live() > CAP {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "{} children alive, cap {CAP}",
+            live()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = pids();
+    assert_eq!(started.len(), 50, "one child per session");
+    // Every child past the cap was reaped, not left a zombie.
+    let zombies: Vec<u32> = started
+        .iter()
+        .copied()
+        .filter(|pid| proc_state(*pid) == Some('Z'))
+        .collect();
+    assert!(zombies.is_empty(), "zombies: {zombies:?}");
+    assert_eq!(live(), CAP);
+    // A child closing while the next one starts is all the slack there is.
+    assert!(peak <= CAP + 2, "peak {peak} children, cap {CAP}");
+    // The most recent sessions are the ones kept; the first are gone.
+    assert_eq!(post(&addr, Some(&ids[0]), &ping(2)).await.0, 404);
+    assert_eq!(post(&addr, Some(&ids[49]), &ping(2)).await.0, 200);
+    // Forty sessions more, yet the proxy's memory has not grown with them.
+    let grown = own_rss_kib().saturating_sub(rss_at_ten);
+    assert!(grown < 16 * 1024, "grew {grown} KiB over 40 sessions");
+    let _ = std::fs::remove_dir_all(&dir);
 }

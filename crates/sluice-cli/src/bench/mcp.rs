@@ -1,14 +1,19 @@
 //! `sluice bench mcp`: what `sluice mcp --listen --upstream` adds to a
 //! `tools/call` over Streamable HTTP, next to the MCP server directly, in
-//! one run: the same fixed-rate load on both, interleaved rounds.
+//! one run, at one client session and at 32 sessions at once.
 //!
 //! The MCP server is a stub in this process on a thread of its own (one
 //! current-thread runtime): it answers every POST at once with a JSON
-//! result, so what is measured is the proxy's cost, not a server's.
+//! result, so what is measured is the proxy's cost, not a server's. Each
+//! session is one keep-alive connection carrying its own `Mcp-Session-Id`;
+//! the fixed-rate load is split evenly over the sessions (latency from each
+//! call's scheduled start), interleaved rounds, the median round shown;
+//! calls/s is closed-loop (each session sends its share of 4,000 calls back
+//! to back).
 
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Serialize;
@@ -20,35 +25,48 @@ use super::load;
 /// Flags of `sluice bench mcp`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The fixed rate, tools/call per second.
+    /// The fixed rate, tools/call per second (over all sessions).
     #[arg(long, default_value_t = 500)]
     rate: u32,
     /// Seconds per round.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 3)]
     seconds: u64,
     /// Rounds per target, interleaved; the median round's figures are shown.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Connections of the fixed-rate load.
-    #[arg(long, default_value_t = 8)]
-    connections: usize,
     /// Print JSON.
     #[arg(long)]
     json: bool,
 }
 
-/// One target's figures.
+/// Session counts measured: one client, and many at once.
+const SESSIONS: [usize; 2] = [1, 32];
+/// Calls of the closed-loop run, over all sessions.
+const CLOSED_CALLS: u64 = 4_000;
+
+/// One target's figures at one session count.
 #[derive(Debug, Clone, Serialize)]
 struct Figures {
     target: &'static str,
+    sessions: usize,
     rate: u32,
     sent: usize,
     failed: usize,
     p50_us: u64,
     p99_us: u64,
     p99_rounds_us: Vec<u64>,
-    /// Closed-loop: answered calls per second, 4,000 calls on 16 connections.
-    max_rate: f64,
+    /// Closed-loop: answered calls per second.
+    calls_per_s: f64,
+}
+
+/// What the proxy adds at one session count.
+#[derive(Debug, Serialize)]
+struct Added {
+    sessions: usize,
+    p50_us: i64,
+    p99_us: i64,
+    /// The proxy's closed-loop calls/s over the server's.
+    calls_ratio: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -56,12 +74,17 @@ struct Report {
     command: String,
     loadavg: String,
     rows: Vec<Figures>,
+    added: Vec<Added>,
 }
 
-/// A target's name, URL, and headers beyond the JSON ones.
-type Target = (&'static str, String, Vec<(&'static str, String)>);
-
 const CALL: &str = r#"{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{"name":"echo","arguments":{"n":{n}}}}"#;
+
+/// A target's name, URL, and each session's headers beyond the JSON ones.
+struct Target {
+    name: &'static str,
+    url: String,
+    sessions: Vec<Vec<(String, String)>>,
+}
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let stub = stub()?;
@@ -87,96 +110,102 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         &upstream,
     ])?;
     let proxied = format!("{}/mcp", proxy.url);
-    let session = initialize(&proxied).await?;
-    let targets: [Target; 2] = [
-        ("MCP server directly", upstream.clone(), vec![]),
-        (
-            "sluice mcp --listen --upstream",
-            proxied.clone(),
-            vec![
-                ("mcp-session-id", session),
-                ("mcp-protocol-version", "2025-06-18".to_owned()),
-            ],
-        ),
-    ];
-    let mut rounds: Vec<Vec<load::Measured>> = targets.iter().map(|_| Vec::new()).collect();
-    for round in 0..args.rounds.max(1) {
-        for ((name, url, extra), measured) in targets.iter().zip(&mut rounds) {
-            eprintln!(
-                "{name}: round {}, {} calls/s for {} s",
-                round + 1,
-                args.rate,
-                args.seconds
-            );
-            let headers = headers(extra);
-            let (url, rate, seconds, connections) =
-                (url.clone(), args.rate, args.seconds, args.connections);
-            let result = tokio::task::spawn_blocking(move || {
-                let headers: Vec<(&str, &str)> = headers
-                    .iter()
-                    .map(|(n, v)| (n.as_str(), v.as_str()))
-                    .collect();
+    let most = SESSIONS.iter().copied().max().unwrap_or(1);
+    let mut sessions = Vec::with_capacity(most);
+    for _ in 0..most {
+        let id = initialize(&proxied).await?;
+        let mut extra = headers(&[("mcp-protocol-version", "2025-06-18".to_owned())]);
+        extra.push(("mcp-session-id".to_owned(), id));
+        sessions.push(extra);
+    }
+    let direct = Target {
+        name: "MCP server directly",
+        url: upstream.clone(),
+        sessions: vec![headers(&[]); most],
+    };
+    let through = Target {
+        name: "sluice mcp --listen --upstream",
+        url: proxied.clone(),
+        sessions,
+    };
+    let targets = [direct, through];
+    let mut rows = Vec::new();
+    let mut added = Vec::new();
+    for count in SESSIONS {
+        let rate_each = (args.rate / u32::try_from(count).unwrap_or(1)).max(1);
+        let mut rounds: Vec<Vec<load::Measured>> = targets.iter().map(|_| Vec::new()).collect();
+        for round in 0..args.rounds.max(1) {
+            for (target, measured) in targets.iter().zip(&mut rounds) {
+                eprintln!(
+                    "{}: {count} session(s), round {}, {} calls/s for {} s",
+                    target.name,
+                    round + 1,
+                    rate_each * u32::try_from(count).unwrap_or(1),
+                    args.seconds
+                );
+                let seconds = Duration::from_secs(args.seconds);
+                measured.push(
+                    over_sessions(target, count, move |url, headers| {
+                        load::fixed_rate_post(url, headers, CALL, rate_each, seconds, 1)
+                    })
+                    .await?,
+                );
+            }
+        }
+        let mut at_count = Vec::new();
+        for (target, mut measured) in targets.iter().zip(rounds) {
+            measured.sort_by_key(|m| m.percentile(99));
+            let p99_rounds_us = measured.iter().map(|m| m.percentile(99)).collect();
+            let median = measured.swap_remove(measured.len() / 2);
+            // Closed loop, bounded in count: each session its share, back to back.
+            let each = CLOSED_CALLS / count as u64;
+            let started = Instant::now();
+            let closed = over_sessions(target, count, move |url, headers| {
                 load::fixed_rate_post(
-                    &url,
-                    &headers,
+                    url,
+                    headers,
                     CALL,
-                    rate,
-                    Duration::from_secs(seconds),
-                    connections,
+                    1_000_000,
+                    Duration::from_micros(each),
+                    1,
                 )
             })
-            .await??;
-            measured.push(result);
+            .await?;
+            let elapsed = started.elapsed().as_secs_f64().max(1e-6);
+            at_count.push(Figures {
+                target: target.name,
+                sessions: count,
+                rate: rate_each * u32::try_from(count).unwrap_or(1),
+                sent: median.sent,
+                failed: median.failed,
+                p50_us: median.percentile(50),
+                p99_us: median.percentile(99),
+                p99_rounds_us,
+                calls_per_s: closed.latencies_us.len() as f64 / elapsed,
+            });
         }
-    }
-    let mut rows = Vec::new();
-    for ((name, url, extra), mut measured) in targets.iter().zip(rounds) {
-        measured.sort_by_key(|m| m.percentile(99));
-        let p99_rounds_us = measured.iter().map(|m| m.percentile(99)).collect();
-        let median = measured.swap_remove(measured.len() / 2);
-        let headers = headers(extra);
-        let url = url.clone();
-        // Closed loop, bounded in count: 4,000 calls as fast as 16
-        // connections take them; the rate is what was answered per second.
-        let started = std::time::Instant::now();
-        let closed = tokio::task::spawn_blocking(move || {
-            let headers: Vec<(&str, &str)> = headers
-                .iter()
-                .map(|(n, v)| (n.as_str(), v.as_str()))
-                .collect();
-            load::fixed_rate_post(
-                &url,
-                &headers,
-                CALL,
-                1_000_000,
-                Duration::from_millis(4),
-                16,
-            )
-        })
-        .await??;
-        let elapsed = started.elapsed().as_secs_f64().max(1e-6);
-        rows.push(Figures {
-            target: name,
-            rate: args.rate,
-            sent: median.sent,
-            failed: median.failed,
-            p50_us: median.percentile(50),
-            p99_us: median.percentile(99),
-            p99_rounds_us,
-            max_rate: closed.latencies_us.len() as f64 / elapsed,
-        });
+        if let [direct, through] = at_count.as_slice() {
+            added.push(Added {
+                sessions: count,
+                p50_us: through.p50_us as i64 - direct.p50_us as i64,
+                p99_us: through.p99_us as i64 - direct.p99_us as i64,
+                calls_ratio: through.calls_per_s / direct.calls_per_s.max(1e-6),
+            });
+        }
+        rows.extend(at_count);
     }
     let _ = std::fs::remove_dir_all(&dir);
     let report = Report {
         command: format!(
-            "sluice bench mcp --rate {} --seconds {} --rounds {} --connections {}",
-            args.rate, args.seconds, args.rounds, args.connections
+            "sluice bench mcp --rate {} --seconds {} --rounds {}",
+            args.rate, args.seconds, args.rounds
         ),
         loadavg: std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .trim()
             .to_owned(),
         rows,
+        added,
     };
     let mut out = std::io::stdout();
     if args.json {
@@ -186,17 +215,61 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         for row in &report.rows {
             writeln!(
                 out,
-                "{:34} p50 {:>6.2} ms  p99 {:>6.2} ms  failed {:>4}/{:<6} highest {:>7.0}/s",
+                "{:34} {:>2} session(s)  p50 {:>6.3} ms  p99 {:>6.3} ms  failed {:>4}/{:<6} {:>7.0} calls/s",
                 row.target,
+                row.sessions,
                 row.p50_us as f64 / 1000.0,
                 row.p99_us as f64 / 1000.0,
                 row.failed,
                 row.sent,
-                row.max_rate
+                row.calls_per_s
+            )?;
+        }
+        for add in &report.added {
+            writeln!(
+                out,
+                "added at {:>2} session(s): p50 {:+} µs, p99 {:+} µs, calls/s x{:.2}",
+                add.sessions, add.p50_us, add.p99_us, add.calls_ratio
             )?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `load` for the first `count` sessions of `target` at once, one
+/// thread (and connection) each, and merges what they measured.
+async fn over_sessions<F>(target: &Target, count: usize, load: F) -> anyhow::Result<load::Measured>
+where
+    F: Fn(&str, &[(&str, &str)]) -> anyhow::Result<load::Measured> + Clone + Send + 'static,
+{
+    let runs: Vec<_> = target
+        .sessions
+        .iter()
+        .take(count)
+        .map(|headers| {
+            let (url, headers, load) = (target.url.clone(), headers.clone(), load.clone());
+            tokio::task::spawn_blocking(move || {
+                let headers: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                load(&url, &headers)
+            })
+        })
+        .collect();
+    let mut merged = load::Measured {
+        sent: 0,
+        failed: 0,
+        latencies_us: Vec::new(),
+    };
+    for run in runs {
+        let measured = run.await??;
+        merged.sent += measured.sent;
+        merged.failed += measured.failed;
+        merged.latencies_us.extend(measured.latencies_us);
+    }
+    merged.latencies_us.sort_unstable();
+    Ok(merged)
 }
 
 fn headers(extra: &[(&str, String)]) -> Vec<(String, String)> {

@@ -7,7 +7,9 @@
 //! when the client accepts no stream); what the server says unasked goes
 //! to the session's GET stream, else to a POST stream still open
 //! (`routes.rs`). Sessions expire when idle and are capped in number and
-//! in requests in progress (`sessions.rs`, `overload.rs`).
+//! in requests in progress (`sessions.rs`, `overload.rs`). A request whose
+//! `Host` or `Origin` the listener was not set up for is refused before
+//! anything else (`guard.rs`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -31,7 +33,7 @@ use super::client::ClientSession;
 use super::routes::{self, first_response_id, response_ids};
 use super::sessions::{self, Sessions};
 use super::upstream::{Client, HttpUpstream, LAST_EVENT_ID, Remote, SESSION_ID};
-use super::{overload, sse};
+use super::{guard, overload, sse};
 use crate::error::McpError;
 use crate::executor::ServerExecutor;
 use crate::jsonrpc::{self, Frame, IdKey, Kind};
@@ -57,6 +59,7 @@ pub(super) struct Hub {
     pub(super) server: Server,
     pub(super) client: Option<Client>,
     token: Option<Secret>,
+    exposure: sluice_config::McpExposure,
     pub(super) sessions: Arc<Sessions>,
     stop: watch::Receiver<bool>,
 }
@@ -70,7 +73,7 @@ pub async fn serve_http(
     settings: ServerSettings,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), McpError> {
-    let gate = proxy.gate()?;
+    let gate = proxy.gate().await?;
     let mut server = server;
     if let Server::Remote(remote) = &mut server
         && settings.auth_token.is_some()
@@ -85,12 +88,14 @@ pub async fn serve_http(
     let (stopping, stop) = watch::channel(false);
     let grace = proxy.config().gate.defaults.deadline;
     let proxy_sessions = proxy.config().sessions;
+    let proxy_exposure = proxy.config().exposure.clone();
     let hub = Arc::new(Hub {
         proxy,
         gate,
         server,
         client,
         token: settings.auth_token.clone(),
+        exposure: proxy_exposure,
         sessions: Arc::new(Sessions::new(proxy_sessions)),
         stop,
     });
@@ -128,6 +133,11 @@ fn app(hub: Arc<Hub>, max_body: u64) -> Router {
             hub.clone(),
             require_token,
         ))
+        // Outside the token check: a rebound page is turned away first.
+        .layer(axum::middleware::from_fn_with_state(
+            hub.clone(),
+            require_known_host,
+        ))
         .layer(DefaultBodyLimit::max(
             usize::try_from(max_body).unwrap_or(usize::MAX),
         ))
@@ -139,6 +149,40 @@ fn app(hub: Arc<Hub>, max_body: u64) -> Router {
             sluice_http::scrub::scrub_responses,
         )),
         None => router,
+    }
+}
+
+/// DNS rebinding: a `Host` or `Origin` the listener was not set up for is
+/// refused (421, 403) before any session is looked up or created.
+async fn require_known_host(State(hub): State<Arc<Hub>>, request: Request, next: Next) -> Response {
+    if request.uri().path() == "/healthz" {
+        return next.run(request).await;
+    }
+    let host = request
+        .headers()
+        .get(http::header::HOST)
+        .map(HeaderValue::as_bytes)
+        .or_else(|| request.uri().authority().map(|a| a.as_str().as_bytes()));
+    let origin = request
+        .headers()
+        .get(http::header::ORIGIN)
+        .map(HeaderValue::as_bytes);
+    match guard::check(&hub.exposure, host, origin) {
+        Ok(()) => next.run(request).await,
+        Err(guard::Refusal::Host) => {
+            tracing::warn!("refused a request naming a host not allowed (Host)");
+            refuse(
+                StatusCode::MISDIRECTED_REQUEST,
+                "this Host is not served here: only loopback names and [mcp] allowed_hosts are",
+            )
+        }
+        Err(guard::Refusal::Origin) => {
+            tracing::warn!("refused a request from an origin not allowed (Origin)");
+            refuse(
+                StatusCode::FORBIDDEN,
+                "this Origin is not allowed: only loopback origins and [mcp] allowed_origins are",
+            )
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! `http://ADDR/mcp` (`--listen ADDR`, [`listen`]).
 
 mod client;
+mod guard;
 pub(crate) mod listen;
 mod overload;
 mod routes;
@@ -34,7 +35,7 @@ where
     AI: AsyncRead + Unpin + Send + 'static,
     AO: AsyncWrite + Unpin + Send + 'static,
 {
-    let gate = proxy.gate()?;
+    let gate = proxy.gate().await?;
     let client = upstream::client()?;
     let upstream =
         upstream::HttpUpstream::new(client, &remote, proxy.config().gate.defaults.deadline);
