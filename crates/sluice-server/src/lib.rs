@@ -73,6 +73,7 @@ mod listener;
 mod metrics;
 mod payload;
 mod relay;
+mod reload;
 mod routes;
 pub mod scrub;
 mod serve;
@@ -83,6 +84,7 @@ pub use executor::{ClientError, HttpExecutor};
 pub use listener::{Listeners, bind};
 pub use metrics::Metrics;
 pub use payload::{HttpRequest, Outbound};
+pub use reload::{Adjust, Loaded, ReloadError};
 pub use routes::{
     DEADLINE_HEADER, OUTCOME_HEADER, PRIORITY_HEADER, REASON_HEADER, SCOPE_HEADER, TURN_HEADER, app,
 };

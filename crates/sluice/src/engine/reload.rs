@@ -123,7 +123,7 @@ fn reloadable(name: &str, old: &Limits, new: &Limits) -> Result<(), ConfigError>
         ("windows", old.windows == new.windows),
         ("groups", old.groups == new.groups),
         ("units", old.units == new.units),
-        ("low_share", old.low_share == new.low_share),
+        ("priorities.low", old.low_share == new.low_share),
         // Every field above, and nothing else but those that may change.
         (
             "",
