@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod fake_api;
+mod hangup;
 mod harness;
 mod inspect;
 mod logging;

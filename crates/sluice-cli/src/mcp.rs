@@ -80,6 +80,22 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "shadow mode: decisions are recorded, and no call is delayed, shed or deferred"
         );
     }
+    // SIGHUP never ends the proxy (its default action would). It checks
+    // the file again and says whether it loads; the gate `sluice mcp`
+    // builds keeps the limits it started with (docs/operating.md#reload).
+    let (path, credential) = (args.config.clone(), args.credential.clone());
+    crate::hangup::on_hangup(
+        move || match McpConfig::load(&path, credential.as_deref()) {
+            Ok(_) => tracing::warn!(
+                "SIGHUP: the configuration file loads, but sluice mcp applies limits only at start; restart it to apply them"
+            ),
+            Err(error) => tracing::warn!(
+                field = error.field().unwrap_or(""),
+                %error,
+                "SIGHUP: the configuration file does not load; the configuration in force is unchanged"
+            ),
+        },
+    )?;
     let env = |name: &str| std::env::var(name).ok();
     let server = match &args.upstream {
         Some(text) => Server::Remote(Remote {

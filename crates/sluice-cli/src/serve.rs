@@ -55,6 +55,20 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let state = AppState::connect(config, None)
         .await
         .context("cannot start the sidecar")?;
+    // SIGHUP and `POST /v1/reload` read the file again, with the same overrides.
+    let (listen, shadow_all) = (args.listen, args.shadow);
+    state.reload_from(
+        &args.config,
+        Box::new(move |config| {
+            if let Some(listen) = listen {
+                config.set_listen(listen)?;
+            }
+            if shadow_all {
+                config.shadow_all();
+            }
+            Ok(())
+        }),
+    );
     let addr = state.config().server.listen;
     // One worker per CPU unless `[server] workers` says otherwise.
     let workers = state.config().server.workers.map_or_else(
@@ -66,6 +80,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Register the signals before announcing the address: a supervisor may
     // send SIGTERM as soon as it has read the line.
     let shutdown = shutdown_signal()?;
+    let reloading = state.clone();
+    crate::hangup::on_hangup(move || {
+        // The outcome is logged, naming the field of a refused file.
+        let _ = reloading.reload();
+    })?;
 
     let mut stdout = std::io::stdout();
     writeln!(stdout, "listening on http://{local}")?;

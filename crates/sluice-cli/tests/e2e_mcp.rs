@@ -1,13 +1,12 @@
 //! `sluice mcp` between real MCP peers: a server and a client written with
 //! the official Python SDK (pinned in tests/e2e/requirements.txt) drive the
 //! built binary over stdio; the script asserts on what the server recorded.
-//! A missing SDK fails the test with the command that installs it.
+//! They run in the project's Python (`sluice_testkit::python`, the venv
+//! `scripts/test` makes), whatever venv the caller is in; a missing SDK
+//! fails the test with the command that installs it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::process::Command;
-
-const INSTALL: &str = "pip install -r tests/e2e/requirements.txt";
 
 #[test]
 fn mcp_proxy_between_python_sdk_peers() {
@@ -22,23 +21,14 @@ fn mcp_proxy_over_streamable_http_between_python_sdk_peers() {
 }
 
 fn run_script(script: &str) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let probe = Command::new("python3")
-        .args(["-c", "import mcp.server.mcpserver, mcp.client.client"])
-        .output()
-        .expect("python3 is on PATH (the test suite needs it)");
-    assert!(
-        probe.status.success(),
-        "the MCP Python SDK is missing; run `{INSTALL}` from the repository root\n{}",
-        String::from_utf8_lossy(&probe.stderr)
-    );
-
-    let output = Command::new("python3")
+    let root = sluice_testkit::repo_root();
+    let python = sluice_testkit::python(&["mcp.server.mcpserver", "mcp.client.client"]);
+    let output = Command::new(&python)
         .arg(root.join(script))
         .arg(env!("CARGO_BIN_EXE_sluice"))
         .current_dir(&root)
         .output()
-        .expect("python3 runs");
+        .unwrap_or_else(|error| panic!("{} cannot run: {error}", python.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -1,20 +1,21 @@
 //! The cross-language end-to-end tests: Python (standard library only)
 //! drives `sluice fake-api` and `sluice serve` as processes over HTTP and
 //! asserts on the fake's recorded request times and counts. Run here so
-//! that the README's one test command runs them too.
+//! that the README's one test command runs them too, with the project's
+//! Python (`sluice_testkit::python`), whatever venv the caller is in.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::process::Command;
 
 fn python(script: &str) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let output = Command::new("python3")
+    let root = sluice_testkit::repo_root();
+    let python = sluice_testkit::python(&[]);
+    let output = Command::new(&python)
         .arg(root.join(script))
         .arg(env!("CARGO_BIN_EXE_sluice"))
         .current_dir(&root)
         .output()
-        .expect("python3 is on PATH (the test suite needs it)");
+        .unwrap_or_else(|error| panic!("{} cannot run: {error}", python.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

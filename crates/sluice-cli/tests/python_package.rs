@@ -1,21 +1,19 @@
 //! The Python package's own test suite (`python/tests`), run from here so
-//! that the README's one test command covers it: the package is built once
-//! (maturin, dev profile, reusing this workspace's target directory) into a
-//! virtual environment under the target directory, which sees the pinned
-//! test requirements installed system-wide (`python/requirements-test.txt`),
-//! and pytest runs against it.
+//! that the README's one test command covers it: the package is built
+//! (maturin, dev profile, reusing this workspace's target directory) and
+//! installed into the project's Python (`sluice_testkit::python`: the venv
+//! `scripts/test` makes under `target/`, holding the pinned
+//! `python/requirements-test.txt`), whatever venv the caller is in, and
+//! pytest runs there. No venv is built on top of another: one made with
+//! `--system-site-packages` from inside a venv sees the base interpreter's
+//! packages, not the venv's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn run(what: &str, command: &mut Command) -> Output {
     let output = command
-        .current_dir(root())
+        .current_dir(sluice_testkit::repo_root())
         .output()
         .unwrap_or_else(|error| panic!("{what}: could not start: {error}"));
     assert!(
@@ -29,26 +27,7 @@ fn run(what: &str, command: &mut Command) -> Output {
 
 #[test]
 fn python_package_tests_pass() {
-    let prerequisites = Command::new("python3")
-        .args(["-c", "import maturin, pytest, httpx"])
-        .output()
-        .expect("python3 is on PATH (the test suite needs it)");
-    assert!(
-        prerequisites.status.success(),
-        "the Python test requirements are missing; run \
-         `pip install -r python/requirements-test.txt` from the repository root"
-    );
-
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv");
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        run(
-            "python3 -m venv",
-            Command::new("python3")
-                .args(["-m", "venv", "--system-site-packages"])
-                .arg(&venv),
-        );
-    }
+    let python = sluice_testkit::python(&["maturin", "pytest", "httpx"]);
     run(
         "pip install ./python",
         Command::new(&python)

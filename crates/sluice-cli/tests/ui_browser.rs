@@ -4,14 +4,15 @@
 //! drives the demo's load, opens `/ui` and checks what it renders. Run here
 //! so that the README's one test command runs it too.
 //!
-//! It needs Chromium (`/usr/bin/chromium`, or `SLUICE_CHROMIUM`) and
-//! `npm ci --prefix tests/ui`; `.ci/run` installs both. Without them the
-//! test says so and passes, unless `SLUICE_REQUIRE_BROWSER=1` (set by CI)
-//! makes their absence a failure. `SLUICE_UI_SCREENSHOT=docs/ui.png` also
-//! writes the screenshot the README shows.
+//! It needs Chromium (`/usr/bin/chromium`, or `SLUICE_CHROMIUM`), Node and
+//! `npm ci --prefix tests/ui`; `scripts/test` installs them. Without them
+//! the test fails, naming the command that installs what is missing: a
+//! test that could not run its browser never reads `ok`.
+//! `SLUICE_UI_SCREENSHOT=docs/ui.png` also writes the screenshot the
+//! README shows.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn chromium() -> Option<PathBuf> {
@@ -21,25 +22,28 @@ fn chromium() -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
-/// Explains what is missing; a failure when CI requires the browser.
-fn unavailable(what: &str) {
-    let message =
-        format!("the live-page browser test cannot run: {what} (CI installs it: see .ci/run)");
-    assert!(
-        std::env::var_os("SLUICE_REQUIRE_BROWSER").is_none(),
-        "{message}"
-    );
-    eprintln!("skipped: {message}");
+/// Fails the test: what is missing, and the command that installs it.
+fn unavailable(what: &str, install: &str) -> ! {
+    panic!(
+        "the live-page browser test cannot run: {what}. Install it with `{}`, or `{install}`",
+        sluice_testkit::SETUP
+    )
 }
 
 #[test]
 fn live_page_in_headless_chromium() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = sluice_testkit::repo_root();
     let Some(chromium) = chromium() else {
-        return unavailable("no Chromium at /usr/bin/chromium or $SLUICE_CHROMIUM");
+        unavailable(
+            "no Chromium at /usr/bin/chromium or $SLUICE_CHROMIUM",
+            "apt-get install chromium",
+        );
     };
     if !root.join("tests/ui/node_modules/playwright-core").exists() {
-        return unavailable("playwright-core is not installed: run npm ci --prefix tests/ui");
+        unavailable(
+            "playwright-core is not installed",
+            "npm ci --prefix tests/ui",
+        );
     }
     let mut command = Command::new("node");
     command
@@ -52,7 +56,10 @@ fn live_page_in_headless_chromium() {
     }
     let output = match command.output() {
         Ok(output) => output,
-        Err(error) => return unavailable(&format!("node cannot be run: {error}")),
+        Err(error) => unavailable(
+            &format!("node cannot be run: {error}"),
+            "apt-get install nodejs npm",
+        ),
     };
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -68,12 +68,14 @@
 pub mod fuzzing;
 mod metrics;
 mod relay;
+mod reload;
 mod routes;
 mod serve_app;
 mod state;
 mod turn_registry;
 
 pub use metrics::Metrics;
+pub use reload::{Adjust, Loaded, ReloadError};
 pub use routes::{
     DEADLINE_HEADER, OUTCOME_HEADER, PRIORITY_HEADER, REASON_HEADER, SCOPE_HEADER, TURN_HEADER, app,
 };

@@ -12,6 +12,7 @@ use sluice_http::{ClientError, HttpExecutor, redis_config};
 use sluice_redis::RedisBudget;
 
 use crate::metrics::Metrics;
+use crate::reload::{Adjust, Live, Loaded, ReloadError};
 use crate::turn_registry::{MAX_TURNS, TurnRegistry};
 
 /// Client-given deadlines (`deadline_ms`, `x-sluice-deadline-ms`) are capped
@@ -67,7 +68,8 @@ impl std::fmt::Debug for AppState {
 
 pub(crate) struct Inner {
     pub(crate) config: SidecarConfig,
-    pub(crate) gate: Gate<HttpExecutor>,
+    /// The gate in force, swapped by a reload (`reload.rs`).
+    pub(crate) live: Live,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) turn_registry: TurnRegistry<HttpExecutor>,
     pub(crate) deadline_cap: Duration,
@@ -152,8 +154,8 @@ impl AppState {
         );
         Ok(AppState {
             inner: Arc::new(Inner {
+                live: Live::new(gate, &config),
                 config,
-                gate,
                 metrics,
                 turn_registry,
                 deadline_cap,
@@ -170,9 +172,41 @@ impl AppState {
         &self.inner.config
     }
 
-    /// The gate every call goes through.
-    pub fn gate(&self) -> &Gate<HttpExecutor> {
-        &self.inner.gate
+    /// The gate new calls go through (a reload swaps it).
+    pub fn gate(&self) -> Gate<HttpExecutor> {
+        self.inner.gate()
+    }
+
+    /// Makes the configuration reloadable from `path` (SIGHUP, `POST
+    /// /v1/reload`): each reload reads it again and applies `adjust` (the
+    /// command line's overrides) before using it.
+    pub fn reload_from(&self, path: &std::path::Path, adjust: Adjust) {
+        self.inner.live.set_source(path, adjust);
+    }
+
+    /// Re-reads the configuration file and applies it: new limits for
+    /// calls that start after, the spend kept. Refused, naming the field,
+    /// with the configuration in force unchanged, when the file does not
+    /// load or changes what cannot change while serving.
+    pub fn reload(&self) -> Result<Loaded, ReloadError> {
+        let result = self.inner.live.reload();
+        match &result {
+            Ok(loaded) => tracing::info!(
+                sha256 = loaded.sha256.as_deref().unwrap_or(""),
+                "configuration reloaded: new limits apply to calls that start from now"
+            ),
+            Err(error) => tracing::warn!(
+                field = error.field().unwrap_or(""),
+                %error,
+                "configuration reload refused; the configuration in force is unchanged"
+            ),
+        }
+        result
+    }
+
+    /// When and from what file the configuration in force was loaded.
+    pub fn loaded(&self) -> Loaded {
+        self.inner.live.loaded()
     }
 
     /// The metrics.
@@ -199,6 +233,11 @@ impl AppState {
 }
 
 impl Inner {
+    /// The gate new calls go through.
+    pub(crate) fn gate(&self) -> Gate<HttpExecutor> {
+        self.live.gate()
+    }
+
     /// Resolves when the sidecar starts shutting down.
     pub(crate) fn closing(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut closing = self.closing.subscribe();

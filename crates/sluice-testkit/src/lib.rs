@@ -1,9 +1,11 @@
 //! Test support shared by sluice's crates (a dev-dependency only):
-//! private `redis-server` processes, `sluice` subcommands run as processes,
+//! the Python and programs the suite needs (or the command that installs
+//! them), private `redis-server` processes, `sluice` subcommands run as processes,
 //! counting requests per window, a misbehaving upstream, `/proc` readings
 //! and the sidecar soak. Panics freely: it only runs in tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod prereq;
 mod process;
 mod procfs;
 mod redis;
@@ -13,6 +15,9 @@ mod upstream;
 
 use std::net::TcpListener;
 
+pub use prereq::{
+    SETUP, missing_program, python, repo_root, require_program, test_venv, venv_install_command,
+};
 pub use process::{SluiceProcess, exited_within, serve_args};
 pub use procfs::{ProcStats, proc_stats};
 pub use redis::{RedisCluster, RedisServer, TLS_PASSWORD, TLS_USER, Tls};

@@ -114,7 +114,12 @@ impl Tls {
             .args(args)
             .current_dir(&self.dir)
             .output()
-            .expect("openssl is installed");
+            .unwrap_or_else(|error| {
+                panic!(
+                    "could not run openssl ({error}): {}",
+                    crate::missing_program("openssl", "openssl")
+                )
+            });
         assert!(
             output.status.success(),
             "openssl {args:?}: {}",
@@ -242,7 +247,13 @@ impl RedisServer {
                 command.args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
             }
         }
-        self.child = Some(command.spawn().expect("redis-server is installed"));
+        let child = command.spawn().unwrap_or_else(|error| {
+            panic!(
+                "could not start redis-server ({error}): {}",
+                crate::missing_program("redis-server", "redis-server")
+            )
+        });
+        self.child = Some(child);
     }
 
     fn wait_ready(&self, within: Duration) -> bool {
@@ -431,7 +442,12 @@ impl RedisCluster {
             .args(&addresses)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
-            .expect("redis-cli is installed");
+            .unwrap_or_else(|error| {
+                panic!(
+                    "could not run redis-cli ({error}): {}",
+                    crate::missing_program("redis-cli", "redis-tools")
+                )
+            });
         assert!(
             output.status.success(),
             "cluster create: {}{}",

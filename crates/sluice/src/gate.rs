@@ -141,6 +141,37 @@ impl<E: Executor> Gate<E> {
     }
 }
 
+impl<E: Executor + Clone> Gate<E> {
+    /// Reloads: builds a gate for `config` that takes over this one's
+    /// scopes, so what each window has spent, the calls in flight and the
+    /// calls waiting are kept, and hands it to `install` (which puts it
+    /// where new calls find it). Changed limits apply to calls that start
+    /// after; a call already holding a reserved start keeps it, and a call
+    /// waiting for a permit gets one under the new cap. Calls running on
+    /// this gate finish on it, against the same scopes.
+    ///
+    /// Refused, naming the field, when `config` is invalid or changes what
+    /// cannot change without losing spend: besides tools, credentials
+    /// added or removed and `[defaults]` (but `scope_idle` and
+    /// `window_margin`), only a credential's `rate` and `burst` (not
+    /// between a window and a bucket) and its `max_in_flight` (not to or
+    /// from `"auto"`) may change. Nothing is changed then.
+    pub fn reload(
+        &self,
+        config: GateConfig,
+        install: impl FnOnce(Gate<E>),
+    ) -> Result<(), ConfigError> {
+        let engine = Arc::new(self.engine.reloaded(config)?);
+        install(Gate {
+            engine: engine.clone(),
+        });
+        // A call of this gate may have made a scope since the limits were
+        // put into the live ones.
+        engine.relimit();
+        Ok(())
+    }
+}
+
 impl<E: Executor> GateBuilder<E> {
     /// Seeds the jitter with a fixed value (tests, `--seed`).
     pub fn seed(self, seed: u64) -> Self {

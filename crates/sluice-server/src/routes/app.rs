@@ -9,7 +9,7 @@ use http::StatusCode;
 use super::auth::require_token;
 use super::error::ApiError;
 use super::limit::limit_body;
-use super::{proxy, status, turns, ui};
+use super::{proxy, reload, status, turns, ui};
 use crate::state::AppState;
 use sluice_http::scrub::scrub_responses;
 
@@ -29,6 +29,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/turns", post(turns::run_turn))
         .route("/proxy/{*rest}", any(proxy::forward))
         .route("/v1/status", get(status::status))
+        .route("/v1/reload", post(reload::reload))
         .route("/metrics", get(status::metrics))
         .route("/healthz", get(status::healthz))
         .route(ui::PAGE_PATH, get(ui::page))

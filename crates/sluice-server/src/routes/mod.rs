@@ -6,6 +6,7 @@ pub(crate) mod direct;
 mod error;
 mod limit;
 mod proxy;
+mod reload;
 mod status;
 mod ui;
 // Reachable from `crate::fuzzing`, which fuzzes its parser.

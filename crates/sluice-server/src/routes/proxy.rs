@@ -131,12 +131,12 @@ async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError>
     }
     let completion = match turn_id.as_deref() {
         Some(id) => {
-            let lease = inner.turn_registry.lease(Some(id), &inner.gate);
+            let lease = inner.turn_registry.lease(Some(id), &inner.gate());
             lease.turn.complete(call).await
         }
         // A turn nothing else can join lives in the call's future, not in
         // an allocation of its own.
-        None => inner.gate.complete(call).await,
+        None => inner.gate().complete(call).await,
     };
     Ok(respond(completion, &method))
 }

@@ -23,6 +23,8 @@ struct Status {
     open_turns: usize,
     /// The shared backend (Redis): mode per credential, errors, leases.
     shared_backend: Option<sluice_redis::Status>,
+    /// When the configuration in force was loaded, and its file's SHA-256.
+    config: crate::reload::Loaded,
 }
 
 #[derive(Debug, Serialize)]
@@ -68,12 +70,15 @@ struct ToolStatus {
 pub(crate) async fn status(State(state): State<AppState>) -> Response {
     let inner = &state.inner;
     let config = &inner.config;
-    let scopes = inner.gate.status();
+    let gate = inner.gate();
+    let scopes = gate.status();
+    // The limits in force: a reload changes them, not the rest of `config`.
+    let limits_in_force = inner.live.gate_config();
     let credentials = config
         .credentials
         .iter()
         .map(|(name, upstream)| {
-            let limits = config.gate.credentials.get(name);
+            let limits = limits_in_force.credentials.get(name);
             CredentialStatus {
                 name: name.clone(),
                 base_url: upstream.base_url.to_string(),
@@ -90,7 +95,7 @@ pub(crate) async fn status(State(state): State<AppState>) -> Response {
                 shared: upstream.shared,
                 mode: sluice_ui::Mode::of(limits.is_none_or(|l| l.enforce)),
                 enforce: limits.is_none_or(|l| l.enforce),
-                in_flight: inner.gate.in_flight(name),
+                in_flight: gate.in_flight(name),
                 scopes: scopes
                     .iter()
                     .filter(|scope| &scope.credential == name)
@@ -103,7 +108,7 @@ pub(crate) async fn status(State(state): State<AppState>) -> Response {
         .tools
         .iter()
         .map(|(name, spec)| {
-            let route = config.gate.tools.get(name);
+            let route = limits_in_force.tools.get(name);
             ToolStatus {
                 name: name.clone(),
                 credential: spec.credential.clone(),
@@ -121,6 +126,7 @@ pub(crate) async fn status(State(state): State<AppState>) -> Response {
         window_margin_ms: config.gate.defaults.window_margin.as_millis(),
         open_turns: inner.turn_registry.len(),
         shared_backend: state.shared_status(),
+        config: state.loaded(),
     })
     .into_response()
 }
@@ -129,7 +135,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let inner = &state.inner;
     let text = inner
         .metrics
-        .encode(&inner.gate.status(), state.shared_status().as_ref());
+        .encode(&inner.gate().status(), state.shared_status().as_ref());
     let mut response = text.into_response();
     response
         .headers_mut()

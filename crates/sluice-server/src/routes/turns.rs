@@ -69,7 +69,7 @@ pub(crate) async fn run_turn(State(state): State<AppState>, request: Request) ->
     let inner = &state.inner;
     let lease = inner
         .turn_registry
-        .lease(turn.turn_id.as_deref(), &inner.gate);
+        .lease(turn.turn_id.as_deref(), &inner.gate());
     let outcomes = join_all(turn.calls.iter().map(|call| {
         let engine_turn = &lease.turn;
         async move {

@@ -20,7 +20,7 @@ pub(crate) async fn events(State(state): State<AppState>) -> Response {
     let stop = state.inner.closing();
     let inner = state.inner.clone();
     let stream = sluice_ui::events(
-        move || Snapshot::new(&inner.config.gate, inner.gate.status()),
+        move || Snapshot::new(&inner.live.gate_config(), inner.gate().status()),
         stop,
     );
     with_headers(Body::from_stream(stream).into_response(), &EVENTS_HEADERS)

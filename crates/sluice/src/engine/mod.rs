@@ -4,6 +4,7 @@
 //! [`Engine`]; the call path that runs on it is [`crate::pipeline`].
 
 mod credential;
+mod reload;
 mod routing;
 mod state;
 mod turn_state;

@@ -40,17 +40,18 @@ pub(crate) struct Engine<E> {
     /// Each configured tool with its route, spend and credential, found by
     /// one look-up of its name.
     pub(crate) tools: FastMap<Arc<str>, Tool>,
-    pub(crate) scopes: Registry,
+    /// Shared with the engine a reload replaces it with (`reload.rs`).
+    pub(crate) scopes: Arc<Registry>,
     /// [`DEFAULT_SCOPE`](crate::signal::DEFAULT_SCOPE), once for every
     /// credential's own scope: a look-up compares it with bytes in cache.
     pub(crate) default_scope: Arc<str>,
     rng: Mutex<Box<dyn RngCore + Send>>,
     /// Where the engine's microsecond clock starts, as an instant...
-    origin: Instant,
+    pub(super) origin: Instant,
     /// ...and on the clock's own counter, read on every call.
-    ticks: <EngineClock as Clock>::Origin,
-    observer: Option<Arc<dyn Observer>>,
-    shared: Option<Arc<dyn SharedBudget>>,
+    pub(super) ticks: <EngineClock as Clock>::Origin,
+    pub(super) observer: Option<Arc<dyn Observer>>,
+    pub(super) shared: Option<Arc<dyn SharedBudget>>,
 }
 
 impl<E> std::fmt::Debug for Engine<E> {
@@ -112,7 +113,7 @@ impl<E> Engine<E> {
         }
         let rng = rng.unwrap_or_else(|| Box::new(StdRng::from_os_rng()));
         Ok(Engine {
-            scopes: Registry::new(micros(defaults.scope_idle)),
+            scopes: Arc::new(Registry::new(micros(defaults.scope_idle))),
             default_scope: Arc::from(crate::signal::DEFAULT_SCOPE),
             defaults,
             executor,

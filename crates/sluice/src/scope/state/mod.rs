@@ -24,6 +24,7 @@ use crate::outcome::{Outcome, Reason};
 mod adapt;
 mod held;
 mod limit;
+mod reload;
 mod status;
 
 pub(crate) use adapt::Adapted;
