@@ -311,7 +311,7 @@ impl LimiterCell {
     /// The starts `n` calls asking one each from `now` would get, in
     /// order, charging nothing (issue 50: the waits deferred calls are
     /// told, exact on windows that let several start at once). Past
-    /// [`NTH_SIMULATED`] calls, the rest are spaced by `interval`.
+    /// `NTH_SIMULATED` calls, the rest are spaced by `interval`.
     pub fn next_starts(&self, now: Micros, n: usize, interval: Micros) -> Vec<Micros> {
         let mut cell = self.clone();
         let mut starts = Vec::with_capacity(n);
