@@ -25,8 +25,11 @@ test("eight calls: the rate bound, one request for the duplicate, a deferral wit
     assert.deepEqual(outcomes[3].toJSON(), outcomes[0].toJSON(), "the duplicate has the first one's answer");
     const deferred = outcomes.filter((o) => o.status === "rate_limited");
     assert.ok(deferred.length >= 1, "some calls could not start within 500 ms");
+    // Each deferred call is told when a start would be free for it, after
+    // the calls ahead of it (issue 50): seven distinct calls at 3 a second
+    // all start within two windows widened by the margin.
     for (const outcome of deferred) {
-      assert.ok(outcome.retryAfterMs > 0 && outcome.retryAfterMs <= 1100, `retry_after_ms ${outcome.retryAfterMs}`);
+      assert.ok(outcome.retryAfterMs > 0 && outcome.retryAfterMs <= 2200, `retry_after_ms ${outcome.retryAfterMs}`);
       assert.equal(outcome.toJSON().retry_after_ms, outcome.retryAfterMs);
       assert.ok(outcome.hint);
     }

@@ -34,8 +34,10 @@ def test_a_json_value_is_an_ok_outcome_with_that_body():
 
 def test_calls_are_paced_by_the_credentials_rate(fake_api):
     # The margin is the engine's allowance for a request reaching the server
-    # later than its start slot; a busy event loop starts a task late.
-    gate = billing_gate(rate="2/1s", window_margin="100ms")
+    # later than its start slot; a busy event loop starts a task late. The
+    # fifth call starts past 2 s (two windows of 1.1 s), so the inline wait
+    # must cover that for all five to wait rather than be deferred.
+    gate = billing_gate(rate="2/1s", window_margin="100ms", inline_wait="3s")
     client = httpx.AsyncClient()
 
     @gate.tool("lookup_usage", credential="billing", read=True)

@@ -17,12 +17,16 @@ use crate::shared::SharedBudget;
 /// (issue 50): they give their starts back and ask again, in priority and
 /// arrival order, as slow start's re-plan has them do, so the room moves
 /// their starts earlier instead of waiting for a call that arrives later.
-/// On exact windows, local or shared, any start comes back whole; on a
-/// local bucket only when theirs are its last charges, else nothing moves.
-/// A shared bucket's grants cannot be taken back: there nothing moves.
+/// On local exact windows any start comes back whole; on a local bucket
+/// only when theirs are its last charges, else nothing moves. On a shared
+/// credential nothing moves yet: each waiting call would give its grant
+/// back and ask Redis again, and with every call settling under its
+/// estimate the re-asks met windows whose refunds had not landed, so the
+/// waiting calls moved later, not earlier (two gates on `5/1s` fell to one
+/// start a second in `sluice-redis`'s `two_gates_hold_every_window_and_settle_the_unit`).
 pub(in crate::pipeline) fn replan(credential: &Credential) {
     let seats = &credential.seats;
-    if credential.outranks || credential.outranks_shared {
+    if credential.outranks {
         seats.outrank(Priority::High, Micros::MAX);
     } else if credential.swaps() && !credential.limits.shared {
         seats.outrank_with(Priority::High, Micros::MAX, |theirs: &[&Holding]| {
