@@ -26,6 +26,7 @@
 mod deadline;
 mod executor;
 pub mod forward;
+mod function;
 mod listener;
 mod payload;
 pub mod scrub;
@@ -36,6 +37,7 @@ mod tool_call;
 
 pub use deadline::{Refused, call_deadline, client_deadline};
 pub use executor::{ClientError, HttpExecutor, UpstreamBody};
+pub use function::{Raised, outcome_of};
 pub use listener::{App, Direct, DirectAnswer, Listeners, bind};
 pub use payload::{HttpRequest, Outbound};
 pub use serve::{serve, serve_router, serve_workers};

@@ -13,7 +13,7 @@ use napi::Status;
 use napi::bindgen_prelude::Promise;
 use napi::threadsafe_function::ThreadsafeFunction;
 use serde_json::Value;
-use sluice::{Completion, Executor, Outcome, Request, TransportError};
+use sluice::{Executor, Request, TransportError};
 
 /// A function tool's attempt: called with nothing, it answers a promise of
 /// the attempt's answer as JSON text (`js/lib/attempt.js`). Weak: a call
@@ -45,24 +45,8 @@ impl sluice::Payload for Payload {
     }
 }
 
-/// A function tool threw: the attempt becomes a refusal nobody retries, and
-/// the outcome is rewritten to an `error` with this message (see
-/// [`outcome_of`]). Kept in the response's extensions, which no server can set.
-#[derive(Debug, Clone)]
-pub(crate) struct Raised(pub(crate) String);
-
-/// The outcome a completion stands for: a function tool that threw is an
-/// `error` with the exception's message, not an upstream status.
-pub(crate) fn outcome_of(completion: &Completion) -> Outcome {
-    let raised = completion
-        .response
-        .as_ref()
-        .and_then(|response| response.extensions().get::<Raised>());
-    match raised {
-        Some(Raised(message)) => Outcome::error(None, message.clone()),
-        None => completion.outcome.clone(),
-    }
-}
+// A function tool that raised: one home for both bindings.
+pub(crate) use sluice_http::{Raised, outcome_of};
 
 /// Sends HTTP through the sidecar's executor and function tools through
 /// JavaScript.

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use sluice::{Completion, Executor, Outcome, Request, TransportError};
+use sluice::{Executor, Request, TransportError};
 use sluice_http::{HttpExecutor, Outbound};
 
 use crate::bridge::PyTaskFuture;
@@ -42,24 +42,8 @@ impl sluice::Payload for Payload {
     }
 }
 
-/// A function tool raised: the attempt becomes a refusal nobody retries,
-/// and the outcome is rewritten to an `error` with this message (see
-/// [`outcome_of`]). Kept in the response's extensions, which no server can set.
-#[derive(Debug, Clone)]
-pub(crate) struct Raised(pub(crate) String);
-
-/// The outcome a completion stands for: a function tool that raised is an
-/// `error` with the exception's message, not an upstream status.
-pub(crate) fn outcome_of(completion: &Completion) -> Outcome {
-    let raised = completion
-        .response
-        .as_ref()
-        .and_then(|response| response.extensions().get::<Raised>());
-    match raised {
-        Some(Raised(message)) => Outcome::error(None, message.clone()),
-        None => completion.outcome.clone(),
-    }
-}
+// A function tool that raised: one home for both bindings.
+pub(crate) use sluice_http::{Raised, outcome_of};
 
 /// Sends configured tools over HTTP and Python's work through the bridge.
 pub(crate) struct PyExecutor {
