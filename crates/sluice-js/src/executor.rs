@@ -71,14 +71,7 @@ impl Executor for JsExecutor {
         async move {
             match &*request.payload {
                 Payload::Http(outbound) => {
-                    let request = Request {
-                        tool: request.tool.clone(),
-                        credential: request.credential.clone(),
-                        payload: outbound.clone(),
-                        attempt: request.attempt,
-                        timeout: request.timeout,
-                    };
-                    http.execute(request).await
+                    http.execute(request.with_payload(outbound.clone())).await
                 }
                 Payload::Js(work) => {
                     let promise = work.start.call_async(()).await.map_err(|error| {

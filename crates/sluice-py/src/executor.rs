@@ -67,14 +67,7 @@ impl Executor for PyExecutor {
         async move {
             match &*request.payload {
                 Payload::Http(outbound) => {
-                    let request = Request {
-                        tool: request.tool.clone(),
-                        credential: request.credential.clone(),
-                        payload: outbound.clone(),
-                        attempt: request.attempt,
-                        timeout: request.timeout,
-                    };
-                    http.execute(request).await
+                    http.execute(request.with_payload(outbound.clone())).await
                 }
                 Payload::Python(work) => {
                     let attempt = Python::attach(|py| {

@@ -49,6 +49,21 @@ pub struct Request<P> {
     pub timeout: Duration,
 }
 
+impl<P> Request<P> {
+    /// The same attempt carrying `payload` instead: for an executor whose
+    /// payload wraps another executor's (a binding's HTTP tools beside its
+    /// function tools), handing the attempt on.
+    pub fn with_payload<Q>(&self, payload: Arc<Q>) -> Request<Q> {
+        Request {
+            tool: self.tool.clone(),
+            credential: self.credential.clone(),
+            payload,
+            attempt: self.attempt,
+            timeout: self.timeout,
+        }
+    }
+}
+
 impl<P> Clone for Request<P> {
     fn clone(&self) -> Self {
         Request {
