@@ -195,7 +195,15 @@ impl RedisServer {
                 } else {
                     free_port()
                 },
-                tls_port: tls.as_ref().map(|_| free_port()),
+                // With `--tls-cluster yes` the bus listens 10,000 above the
+                // TLS port, so that port needs the same room as `port`.
+                tls_port: tls.as_ref().map(|_| {
+                    if cluster {
+                        free_cluster_port()
+                    } else {
+                        free_port()
+                    }
+                }),
                 dir: dir.clone(),
                 cluster,
                 node_timeout_ms,
@@ -208,7 +216,12 @@ impl RedisServer {
             }
             server.kill();
         }
-        panic!("could not start redis-server");
+        let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(12).collect();
+        panic!(
+            "could not start redis-server; the end of its log:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
     }
 
     fn spawn(&mut self) {
@@ -220,6 +233,7 @@ impl RedisServer {
             .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(["--logfile", "redis.log"])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if self.cluster {
