@@ -249,7 +249,7 @@ pub(super) fn settle<P>(
     let Some(start) = spent.start else {
         return;
     };
-    let mut freed = false;
+    let mut settled = Vec::new();
     for (unit, how) in &job.spend.settle {
         let estimate = spent
             .costs
@@ -257,22 +257,29 @@ pub(super) fn settle<P>(
             .find(|(name, _)| &**name == unit.as_str())
             .map_or(0, |(_, cost)| *cost);
         match true_cost(how, response) {
-            Some(actual) => {
-                freed |= actual < estimate;
-                if primary.settle(unit, start, estimate, actual, job.ask.priority) {
-                    tracing::debug!(%unit, estimate, actual, "settled the call's cost");
-                }
-                if let Some((budget, credential, grant)) = &spent.shared {
-                    budget.settle(credential, grant, unit, estimate, actual);
-                }
-            }
+            Some(actual) => settled.push((unit, estimate, actual)),
             None => {
                 tracing::debug!(%unit, estimate, "the true cost could not be read; keeping the estimate");
             }
         }
     }
-    if freed {
-        super::reserve::replan(job.credential);
+    let true_up = || {
+        for &(unit, estimate, actual) in &settled {
+            if primary.settle(unit, start, estimate, actual, job.ask.priority) {
+                tracing::debug!(%unit, estimate, actual, "settled the call's cost");
+            }
+        }
+    };
+    // Room freed goes first to the calls waiting on starts.
+    if settled.iter().any(|&(_, estimate, actual)| actual < estimate) {
+        super::reserve::replan(job.credential, true_up);
+    } else {
+        true_up();
+    }
+    if let Some((budget, credential, grant)) = &spent.shared {
+        for &(unit, estimate, actual) in &settled {
+            budget.settle(credential, grant, unit, estimate, actual);
+        }
     }
 }
 
