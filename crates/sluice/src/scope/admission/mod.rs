@@ -38,7 +38,8 @@ pub(crate) struct Admission {
     /// Permits out now. Above the cap while a lowered cap waits for
     /// permits to come back.
     out: AtomicU32,
-    queue: u32,
+    /// The queue's bound; a reload may move it ([`Admission::set_queue`]).
+    queue: AtomicU32,
     /// Callers in the queue now. This count and `out` stay near 32-bit
     /// settings (the queue's bound, the cap), so 32 bits hold them, and
     /// an idle scope stays small (issue 18).
@@ -80,7 +81,7 @@ impl Admission {
         Admission {
             cap: AtomicU32::new(cap),
             out: AtomicU32::new(0),
-            queue,
+            queue: AtomicU32::new(queue),
             queued: AtomicU32::new(0),
             waiters: OnceBox::new(),
         }
@@ -101,7 +102,7 @@ impl Admission {
     }
 
     pub(crate) fn queue(&self) -> u32 {
-        self.queue
+        self.queue.load(Ordering::Relaxed)
     }
 
     pub(crate) fn queued(&self) -> usize {
@@ -204,7 +205,7 @@ impl Admission {
         let below = self.waiters().below(priority);
         let ahead = queued.saturating_sub(below);
         let drain = estimate(ahead);
-        let full = queued >= self.queue as usize && !(below > 0 && self.evict_below(priority));
+        let full = queued >= self.queue() as usize && !(below > 0 && self.evict_below(priority));
         let refused = if full || drain >= deadline.remaining(now) {
             Some(Refused::Shed {
                 running: self.running(),
@@ -276,7 +277,7 @@ impl Admission {
         let ahead = self.queued.fetch_add(1, Ordering::SeqCst) as usize;
         let slot = QueueSlot(&self.queued);
         let drain = estimate(ahead);
-        if ahead >= self.queue as usize || drain >= deadline.remaining(now) {
+        if ahead >= self.queue() as usize || drain >= deadline.remaining(now) {
             return Err(drain);
         }
         Ok(Err((Queued { _slot: slot }, drain)))
@@ -290,6 +291,13 @@ impl Admission {
         if cap > old {
             self.wake_contender();
         }
+    }
+
+    /// Moves the queue's bound (a reload). Only arrivals are measured
+    /// against it: calls already waiting past a lowered bound keep their
+    /// places, and the queue shrinks to it as they leave.
+    pub(crate) fn set_queue(&self, queue: u32) {
+        self.queue.store(queue, Ordering::Relaxed);
     }
 
     /// Gives back a permit that [`Permit::detach`] kept out, as its drop
