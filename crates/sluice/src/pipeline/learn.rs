@@ -10,13 +10,13 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+use super::holds::note_exhausted;
 use super::job::Job;
 use super::reserve::Spent;
 use crate::Rate;
 use crate::config::{Priority, Settle};
 use crate::engine::{Credential, Engine};
 use crate::limiter::{Micros, micros};
-use crate::observe::Event;
 use crate::scope::{Adapted, Scope, ScopeRef};
 use crate::shared::Hold;
 use crate::signal::{self, DEFAULT_SCOPE, ScopeSignal, Signal};
@@ -337,29 +337,4 @@ fn exhaust<E>(
     if note_exhausted(engine, credential, scope, resets_in, now) {
         share_block(engine, credential, scope, resets_in, Hold::Quota);
     }
-}
-
-/// Marks a quota spent and tells the operator once; true if it is news.
-pub(super) fn note_exhausted<E>(
-    engine: &Engine<E>,
-    credential: &Credential,
-    scope: &Scope,
-    resets_in: Duration,
-    now: Micros,
-) -> bool {
-    let fresh = scope.exhaust(now.saturating_add(micros(resets_in)), now);
-    if fresh {
-        tracing::error!(
-            credential = %credential.name,
-            scope = %scope.name,
-            resets_in_s = resets_in.as_secs(),
-            "quota exhausted: calls on this scope return quota_exhausted without sending until it resets"
-        );
-        engine.observe(Event::QuotaExhausted {
-            credential: &credential.name,
-            scope: &scope.name,
-            resets_in,
-        });
-    }
-    fresh
 }

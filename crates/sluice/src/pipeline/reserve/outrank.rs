@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use super::{Local, SharedGrant, acquire_from};
+use super::guards::{Local, SharedGrant};
+use super::shared::acquire_from;
 use crate::config::Priority;
 use crate::engine::{Credential, Engine};
 use crate::limiter::Micros;
