@@ -271,7 +271,10 @@ pub(super) fn settle<P>(
         }
     };
     // Room freed goes first to the calls waiting on starts.
-    if settled.iter().any(|&(_, estimate, actual)| actual < estimate) {
+    if settled
+        .iter()
+        .any(|&(_, estimate, actual)| actual < estimate)
+    {
         super::reserve::replan(job.credential, true_up);
     } else {
         true_up();

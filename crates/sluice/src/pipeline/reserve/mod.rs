@@ -22,7 +22,7 @@ mod slots;
 mod start;
 
 pub(super) use self::guards::Spent;
-pub(super) use self::slots::next_slot;
 pub(super) use self::outrank::replan;
 pub(super) use self::shadow::shadow_start;
+pub(super) use self::slots::next_slot;
 pub(super) use self::start::{AtOnce, start, start_at_once};

@@ -10,8 +10,8 @@ use super::slots::{no_slot, reserve_all, reserve_local};
 use crate::engine::Engine;
 use crate::limiter::{Micros, micros};
 use crate::outcome::{Outcome, Reason};
-use crate::pipeline::job::Job;
 use crate::pipeline::holds;
+use crate::pipeline::job::Job;
 use crate::scope::ScopeRef;
 use crate::shared::{Decision, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow};
 

@@ -2,7 +2,7 @@
 
 use std::num::NonZeroU32;
 
-use super::Scope;
+use super::scope::Scope;
 use crate::Rate;
 
 impl Scope {
