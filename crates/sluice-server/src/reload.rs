@@ -5,8 +5,8 @@
 //! field, the old configuration staying in force) when it does not load or
 //! changes what cannot change while serving, and otherwise swaps in a gate
 //! made by [`Gate::reload`], which keeps every scope's spend, permits and
-//! queue. What may change: credentials' `rate`, `burst` and
-//! `max_in_flight`, and tools' `read`, `idempotent` and `deadline`.
+//! queue. What may change: credentials' `rate`, `burst`,
+//! `max_in_flight` and `queue`, and tools' `read`, `idempotent` and `deadline`.
 //! Upstreams, secrets, tools' requests, `[server]`, `[shared]` and
 //! `[defaults]` need a restart.
 

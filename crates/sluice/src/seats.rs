@@ -48,6 +48,18 @@ pub trait Seated: Send {
 
     /// Gives it back, unused.
     fn give_back(self);
+
+    /// Gives every one of `all` back, unused, when that is exact for all
+    /// of them together (a bucket takes starts back only while they are
+    /// its last charges), and returns true; otherwise gives back nothing.
+    /// What cannot be taken back exactly never is, by default.
+    fn give_back_together(all: &[&Self]) -> bool
+    where
+        Self: Sized,
+    {
+        let _ = all;
+        false
+    }
 }
 
 /// A seat's start and what it holds for it; `held` is `None` once a call
@@ -95,12 +107,12 @@ impl<S, T> fmt::Debug for Seats<S, T> {
 
 /// A seated call. Dropped, it takes the seat away and gives back whatever
 /// is still in it.
-pub struct Sitting<'a, S: Copy, T: Seated> {
+pub struct Sitting<'a, S: Copy + Ord, T: Seated> {
     seats: &'a Seats<S, T>,
     seat: Arc<Seat<S, T>>,
 }
 
-impl<S: Copy, T: Seated> fmt::Debug for Sitting<'_, S, T> {
+impl<S: Copy + Ord, T: Seated> fmt::Debug for Sitting<'_, S, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sitting")
             .field("priority", &self.seat.priority)
@@ -148,15 +160,54 @@ impl<S: Copy + Ord, T: Seated> Sitting<'_, S, T> {
     }
 }
 
-impl<S: Copy, T: Seated> Drop for Sitting<'_, S, T> {
+impl<S: Copy + Ord, T: Seated> Drop for Sitting<'_, S, T> {
     fn drop(&mut self) {
-        self.seats
-            .waiting
-            .lock()
-            .retain(|seat| !Arc::ptr_eq(seat, &self.seat));
-        // A call dropped while it slept: what it held goes back (the
-        // wake-up goes to nobody).
-        take(&self.seat);
+        let mut waiting = self.seats.waiting.lock();
+        waiting.retain(|seat| !Arc::ptr_eq(seat, &self.seat));
+        let mut state = self.seat.state.lock();
+        let (start, held) = (state.start, state.held.take());
+        drop(state);
+        // A call that stood up with its start, or whose start was taken,
+        // gives nothing back.
+        let Some(held) = held else {
+            return;
+        };
+        // A call that leaves before its start (cancelled, or deferred past
+        // its wait) frees that start. The calls waiting for later starts
+        // give theirs back with it, when that is exact for all of them
+        // together, and ask again (issue 50), so that the freed start goes
+        // to them; otherwise only its own goes back, as far as it can.
+        let later = waiting
+            .iter()
+            .filter(|seat| seat.start().is_some_and(|theirs| theirs > start))
+            .cloned()
+            .collect::<Vec<_>>();
+        let replanned = !later.is_empty() && {
+            let mut states: Vec<_> = later.iter().map(|seat| seat.state.lock()).collect();
+            let all: Vec<&T> = std::iter::once(&held)
+                .chain(states.iter().filter_map(|state| state.held.as_ref()))
+                .collect();
+            let exact = T::give_back_together(&all);
+            if exact {
+                for state in &mut states {
+                    // Given back already: dropped, not given back again.
+                    state.held = None;
+                }
+            }
+            exact
+        };
+        if replanned {
+            waiting.retain(|seat| !later.iter().any(|l| Arc::ptr_eq(l, seat)));
+            drop(waiting);
+            // Given back with theirs: dropped, not given back again.
+            drop(held);
+            for seat in &later {
+                seat.changed.notify_one();
+            }
+        } else {
+            drop(waiting);
+            held.give_back();
+        }
     }
 }
 

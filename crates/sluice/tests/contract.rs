@@ -202,15 +202,15 @@ async fn same_turn_reissues_of_identical_reads_still_coalesce() {
 /// Issue 50: room a true-up frees goes first to the calls already waiting.
 /// `chat` costs `{max_tokens}` tokens and settles `/usage/total_tokens` on
 /// `units.tokens` of `100/1s`; five calls estimate 40 and use 10. Without
-/// the re-plan they started at 0, 0, 1.02, 1.02 and 2.04 s (the refunds
-/// went to nobody: in a burst no call arrives later). Now each settle moves
-/// the calls waiting on the exact window. (On a bucket the waiting calls'
-/// starts are not its last charges once a settle moved it, so they cannot
-/// be given back exactly and keep their starts: 0, 0, 0.2, 0.6 and 1.0 s.)
+/// the re-plan they started at 0, 0, 1.02, 1.02 and 2.04 s on the exact
+/// window, and at 0, 0, 0.204, 0.612 and 1.02 s on a bucket of `burst = 100`
+/// (the refunds went to nobody: in a burst no call arrives later). Now
+/// each settle moves the calls waiting behind it, on both: their starts go
+/// back before the settle's refund, while they are the bucket's last
+/// charges, and they ask again.
 #[tokio::test(start_paused = true)]
 async fn a_settle_moves_the_calls_waiting_behind_it() {
-    {
-        let burst: Option<u32> = None;
+    for burst in [None, Some(100)] {
         let sim = Sim::new(|_, request| {
             let used = request.payload["used"].as_u64().unwrap();
             Reply {
@@ -246,10 +246,13 @@ async fn a_settle_moves_the_calls_waiting_behind_it() {
         eprintln!("burst {burst:?}: starts {starts:?}");
         let first_second = starts.iter().filter(|t| **t < 1_000.0).count();
         assert!(first_second >= 3, "{burst:?}: {starts:?}");
-        if burst.is_none() {
-            // Two at once; each settle (100 ms after a start) makes room for
-            // the next waiting call at once.
-            assert_eq!(starts, [0.0, 0.0, 100.0, 200.0, 300.0], "{starts:?}");
-        }
+        // Two at once; each settle (100 ms after a start) makes room for
+        // the calls waiting: on the window 40 tokens at a time, the next
+        // call at once; the bucket, refilling besides, takes two.
+        let expected = match burst {
+            None => [0.0, 0.0, 100.0, 200.0, 300.0],
+            Some(_) => [0.0, 0.0, 100.0, 100.0, 200.0],
+        };
+        assert_eq!(starts, expected, "{burst:?}");
     }
 }

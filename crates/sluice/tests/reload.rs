@@ -159,3 +159,55 @@ async fn the_status_of_a_reloaded_scope_shows_the_new_rate() {
     assert_eq!(status[0].max_in_flight, Some(32));
     assert_eq!(gate.status()[0].rate.as_deref(), Some("7/1s"));
 }
+
+/// Issue 53: a reload moves a live scope's queue bound, to an explicit
+/// `queue` or to the default the new `inline_wait` gives, and the calls
+/// already waiting past a lowered bound keep their places. One permit at
+/// 100/1s: four calls, one running and three queued under `queue = 3`;
+/// lowered to 1 while they wait, all four still answer, and a fifth is
+/// shed at once. With `queue` unset, the bound follows `inline_wait`
+/// (500 ms expected latency, one permit): 11 calls start within 5 s (one
+/// every 500 ms, the first at once), so 10 wait; within 2 s, 5 and 4.
+#[tokio::test(start_paused = true)]
+async fn a_reload_moves_a_live_scopes_queue_bound_and_keeps_its_waiting_calls() {
+    let sim = Sim::always_ok(100);
+    let config = |queue: Option<u32>, inline_wait: u64| {
+        let mut credential = CredentialConfig::with_rate("100/1s".parse().unwrap());
+        credential.max_in_flight = Some(1);
+        credential.queue = queue;
+        let defaults = Defaults {
+            inline_wait: Duration::from_secs(inline_wait),
+            ..Defaults::default()
+        };
+        config_with(credential, defaults)
+    };
+    let queue_limit = |gate: &Gate<SimExecutor>| {
+        gate.status()
+            .into_iter()
+            .find(|status| status.scope == "api_key")
+            .and_then(|status| status.queue_limit)
+    };
+    let call = |i: u32| Call::new("read", json!({ "i": i }));
+    let gate = build_gate(config(Some(3), 5), &sim);
+    let waiting = join_all((0..4).map(|i| gate.call(call(i))));
+    let lowered = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let lowered = reload(&gate, config(Some(1), 5));
+        assert_eq!(queue_limit(&lowered), Some(1));
+        let shed = lowered.call(call(4)).await;
+        assert_eq!(shed.status(), "rate_limited", "{shed:?}");
+        lowered
+    };
+    let (outcomes, lowered) = tokio::join!(waiting, lowered);
+    assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
+    assert_eq!(sim.count(), 4, "the four waiting calls sent, the fifth not");
+
+    let defaulted = reload(&lowered, config(None, 5));
+    assert_eq!(queue_limit(&defaulted), Some(10));
+    let shorter = reload(&defaulted, config(None, 2));
+    assert_eq!(queue_limit(&shorter), Some(4));
+    // One running and four waiting; the sixth and seventh are shed.
+    let outcomes = join_all((10..17).map(|i| shorter.call(call(i)))).await;
+    let ok = outcomes.iter().filter(|o| o.is_ok()).count();
+    assert_eq!(ok, 5, "{outcomes:?}");
+}

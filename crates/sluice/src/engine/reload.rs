@@ -4,7 +4,10 @@
 //! scope's cell, with every start it logged (past and reserved), its
 //! permits in flight and its queue are the same object before and after.
 //! Each live credential scope is then given its credential's new `rate` and
-//! `burst` in place, and its new `max_in_flight` as the cap on permits.
+//! `burst` in place, its new `max_in_flight` as the cap on permits, and its
+//! new `queue` (explicit, or the default the new `inline_wait` gives) as its
+//! queue's bound: calls already waiting past a lowered bound keep their
+//! places, and only arrivals are measured against it.
 //! Calls that started before the reload finish on the old engine, against
 //! the same scopes.
 //!
@@ -12,8 +15,7 @@
 //! `rate` and `burst` (not between a window and a bucket) and
 //! `max_in_flight` (not to or from `"auto"`), credentials added or removed,
 //! tools, and `[defaults]` but `scope_idle` and `window_margin`. Anything
-//! else is refused, naming the field. A live scope's queue bound stays as
-//! it was made until the scope is forgotten, idle.
+//! else is refused, naming the field.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -66,8 +68,8 @@ impl<E: Executor + Clone> Engine<E> {
         Ok(engine)
     }
 
-    /// Gives every live credential scope its credential's configured rate
-    /// and burst, keeping its log. Run once when the engine is made, and
+    /// Gives every live credential scope its credential's configured rate,
+    /// burst, cap and queue bound, keeping its log. Run once when the engine is made, and
     /// again once it is in use, for a scope a call of the old engine made
     /// meanwhile.
     pub(crate) fn relimit(&self) {
@@ -77,7 +79,11 @@ impl<E: Executor + Clone> Engine<E> {
             }
             if let Some(credential) = self.credentials.get(&*scope.credential) {
                 let limits = &credential.limits;
-                scope.relimit(limits.rate, limits.burst, limits.max_in_flight);
+                scope.relimit(
+                    (limits.rate, limits.burst),
+                    limits.max_in_flight,
+                    limits.queue,
+                );
             }
         }
     }

@@ -4,12 +4,15 @@
 //! caller chooses), so the same maths runs on tokio's paused clock, in
 //! property tests, and as the model the Redis scripts are checked against.
 
+mod algorithm;
 mod cell;
 mod gcra;
+mod reservation;
 mod window;
 
-pub use cell::{Binding, LimiterCell, NotUntil, Reservation, WindowUsage};
+pub use cell::{Binding, LimiterCell, NotUntil, WindowUsage};
 pub use gcra::Gcra;
+pub use reservation::Reservation;
 pub use window::SlidingWindow;
 
 /// A point in time or a span, in integer microseconds.

@@ -1,9 +1,11 @@
-//! Step 2: what a scope's state says before anything is reserved — a spent quota, or a server block.
+//! Step 2: what a scope's state says before anything is reserved — a spent quota, or a server block — and where a quota found spent is marked.
 
 use std::time::Duration;
 
 use super::job::Job;
-use crate::limiter::Micros;
+use crate::engine::{Credential, Engine};
+use crate::limiter::{Micros, micros};
+use crate::observe::Event;
 use crate::outcome::{Outcome, Reason};
 use crate::scope::{Scope, ScopeRef};
 
@@ -52,4 +54,29 @@ fn quota(scope: &Scope, now: Micros) -> Option<Outcome> {
 /// `quota_exhausted` on `scope` until `until`.
 fn quota_exhausted(scope: &Scope, until: Micros, now: Micros) -> Outcome {
     Outcome::quota_exhausted(&scope.name, Duration::from_micros(until - now))
+}
+
+/// Marks a quota spent and tells the operator once; true if it is news.
+pub(super) fn note_exhausted<E>(
+    engine: &Engine<E>,
+    credential: &Credential,
+    scope: &Scope,
+    resets_in: Duration,
+    now: Micros,
+) -> bool {
+    let fresh = scope.exhaust(now.saturating_add(micros(resets_in)), now);
+    if fresh {
+        tracing::error!(
+            credential = %credential.name,
+            scope = %scope.name,
+            resets_in_s = resets_in.as_secs(),
+            "quota exhausted: calls on this scope return quota_exhausted without sending until it resets"
+        );
+        engine.observe(Event::QuotaExhausted {
+            credential: &credential.name,
+            scope: &scope.name,
+            resets_in,
+        });
+    }
+    fresh
 }

@@ -10,13 +10,13 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+use super::holds::note_exhausted;
 use super::job::Job;
 use super::reserve::Spent;
 use crate::Rate;
 use crate::config::{Priority, Settle};
 use crate::engine::{Credential, Engine};
 use crate::limiter::{Micros, micros};
-use crate::observe::Event;
 use crate::scope::{Adapted, Scope, ScopeRef};
 use crate::shared::Hold;
 use crate::signal::{self, DEFAULT_SCOPE, ScopeSignal, Signal};
@@ -249,7 +249,7 @@ pub(super) fn settle<P>(
     let Some(start) = spent.start else {
         return;
     };
-    let mut freed = false;
+    let mut settled = Vec::new();
     for (unit, how) in &job.spend.settle {
         let estimate = spent
             .costs
@@ -257,22 +257,32 @@ pub(super) fn settle<P>(
             .find(|(name, _)| &**name == unit.as_str())
             .map_or(0, |(_, cost)| *cost);
         match true_cost(how, response) {
-            Some(actual) => {
-                freed |= actual < estimate;
-                if primary.settle(unit, start, estimate, actual, job.ask.priority) {
-                    tracing::debug!(%unit, estimate, actual, "settled the call's cost");
-                }
-                if let Some((budget, credential, grant)) = &spent.shared {
-                    budget.settle(credential, grant, unit, estimate, actual);
-                }
-            }
+            Some(actual) => settled.push((unit, estimate, actual)),
             None => {
                 tracing::debug!(%unit, estimate, "the true cost could not be read; keeping the estimate");
             }
         }
     }
-    if freed {
-        super::reserve::replan(job.credential);
+    let true_up = || {
+        for &(unit, estimate, actual) in &settled {
+            if primary.settle(unit, start, estimate, actual, job.ask.priority) {
+                tracing::debug!(%unit, estimate, actual, "settled the call's cost");
+            }
+        }
+    };
+    // Room freed goes first to the calls waiting on starts.
+    if settled
+        .iter()
+        .any(|&(_, estimate, actual)| actual < estimate)
+    {
+        super::reserve::replan(job.credential, true_up);
+    } else {
+        true_up();
+    }
+    if let Some((budget, credential, grant)) = &spent.shared {
+        for &(unit, estimate, actual) in &settled {
+            budget.settle(credential, grant, unit, estimate, actual);
+        }
     }
 }
 
@@ -330,29 +340,4 @@ fn exhaust<E>(
     if note_exhausted(engine, credential, scope, resets_in, now) {
         share_block(engine, credential, scope, resets_in, Hold::Quota);
     }
-}
-
-/// Marks a quota spent and tells the operator once; true if it is news.
-pub(super) fn note_exhausted<E>(
-    engine: &Engine<E>,
-    credential: &Credential,
-    scope: &Scope,
-    resets_in: Duration,
-    now: Micros,
-) -> bool {
-    let fresh = scope.exhaust(now.saturating_add(micros(resets_in)), now);
-    if fresh {
-        tracing::error!(
-            credential = %credential.name,
-            scope = %scope.name,
-            resets_in_s = resets_in.as_secs(),
-            "quota exhausted: calls on this scope return quota_exhausted without sending until it resets"
-        );
-        engine.observe(Event::QuotaExhausted {
-            credential: &credential.name,
-            scope: &scope.name,
-            resets_in,
-        });
-    }
-    fresh
 }

@@ -72,4 +72,17 @@ impl crate::seats::Seated for Holding {
             budget.refund(&credential, grant);
         }
     }
+
+    /// Local slots only: a shared grant goes back by its own round trip,
+    /// never exactly together with others.
+    fn give_back_together(all: &[&Holding]) -> bool {
+        all.iter().all(|holding| holding.grant.is_none()) && {
+            let held: Vec<(&super::Scope, &Ticket)> = all
+                .iter()
+                .flat_map(|holding| holding.local.iter())
+                .map(|(scope, ticket)| (&**scope, ticket))
+                .collect();
+            super::Scope::give_back_exactly(&held)
+        }
+    }
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Local, Start, TurnRequest, next_slot, reserve_all};
+use super::guards::{Local, Start, TurnRequest};
+use super::slots::{next_slot, reserve_all};
 use crate::engine::{Engine, TurnState};
 use crate::executor::Executor;
 use crate::limiter::{Micros, micros};

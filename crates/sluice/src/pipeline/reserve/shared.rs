@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Local, SharedGrant, no_slot, reserve_all};
+use super::guards::{Local, SharedGrant};
+use super::slots::{no_slot, reserve_all, reserve_local};
 use crate::engine::Engine;
 use crate::limiter::{Micros, micros};
 use crate::outcome::{Outcome, Reason};
+use crate::pipeline::holds;
 use crate::pipeline::job::Job;
-use crate::pipeline::learn;
 use crate::scope::ScopeRef;
 use crate::shared::{Decision, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow};
 
@@ -164,7 +165,7 @@ fn mirror<E, P>(
     let held = scopes.iter().find(|s| *s.name == *scope);
     match (hold, held) {
         (Hold::Quota, Some(held)) => {
-            learn::note_exhausted(engine, job.credential, held, wait, now);
+            holds::note_exhausted(engine, job.credential, held, wait, now);
             Outcome::quota_exhausted(&held.name, wait)
         }
         (Hold::Quota, None) => Outcome::quota_exhausted(&scope, wait),
@@ -174,5 +175,43 @@ fn mirror<E, P>(
         }
         (Hold::Outranked, _) => Outcome::rate_limited(&scope, Reason::Priority, wait, None),
         _ => Outcome::rate_limited(&scope, Reason::Throttled, wait, None),
+    }
+}
+
+/// The local slots and, on a shared credential, the shared grant for one
+/// start within `max_wait` of `now`.
+pub(super) async fn acquire<'a, E, P>(
+    engine: &Engine<E>,
+    budget: Option<&'a Arc<dyn SharedBudget>>,
+    scopes: &[ScopeRef],
+    job: &Job<'a, P>,
+    now: Micros,
+    max_wait: Micros,
+) -> Result<(Local, Micros, Option<SharedGrant<'a>>), Outcome> {
+    acquire_from(engine, budget, scopes, job, (now, now), max_wait).await
+}
+
+/// [`acquire`], for a start no earlier than `not_before`.
+pub(super) async fn acquire_from<'a, E, P>(
+    engine: &Engine<E>,
+    budget: Option<&'a Arc<dyn SharedBudget>>,
+    scopes: &[ScopeRef],
+    job: &Job<'a, P>,
+    (now, not_before): (Micros, Micros),
+    max_wait: Micros,
+) -> Result<(Local, Micros, Option<SharedGrant<'a>>), Outcome> {
+    let (local, start) = reserve_local(scopes, job, (now, not_before), max_wait)?;
+    match budget {
+        None => Ok((local, start, None)),
+        Some(budget) => {
+            let latest = now.saturating_add(max_wait);
+            // Boxed: only a shared credential's call holds the round trip's
+            // state (pipeline/future_size.rs).
+            let (local, start, grant) = Box::pin(with_shared(
+                engine, budget, scopes, job, local, start, latest,
+            ))
+            .await?;
+            Ok((local, start, Some(grant)))
+        }
     }
 }

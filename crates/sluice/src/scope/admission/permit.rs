@@ -1,22 +1,9 @@
-//! A permit to run, shadow mode's at-once decision, and a held place in the queue.
+//! Shadow mode's at-once decision, and a held place in the queue.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::Admission;
-
-/// A permit to have a request in flight. Dropping it returns it (a
-/// lowered cap counts it as it comes back).
-#[derive(Debug)]
-pub(crate) struct Permit<'a> {
-    pub(super) admission: &'a Admission,
-}
-
-impl Drop for Permit<'_> {
-    fn drop(&mut self) {
-        self.admission.release();
-    }
-}
+use super::bounds::Permit;
 
 /// Shadow mode's admission, decided at once: see `Scope::admit_now`.
 #[derive(Debug)]
@@ -44,15 +31,6 @@ impl<'a> AdmittedNow<'a> {
             AdmittedNow::Permit { permit } => permit.take(),
             _ => None,
         }
-    }
-}
-
-impl Permit<'_> {
-    /// Keeps the permit out past this borrow, for a call whose body is still
-    /// streaming: [`Admission::release_detached`] gives it back later.
-    pub(crate) fn detach(self) {
-        // Its drop would give the permit back now.
-        std::mem::forget(self);
     }
 }
 

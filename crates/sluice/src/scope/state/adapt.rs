@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::Scope;
+use super::scope::Scope;
 use crate::Rate;
 use crate::config::littles_law;
 use crate::limiter::Micros;

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::Scope;
+use super::scope::Scope;
 use crate::scope::ScopeRef;
 use crate::scope::admission::Permit;
 

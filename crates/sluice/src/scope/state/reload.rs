@@ -1,18 +1,25 @@
-//! A reload's new limits put into a live scope, keeping its cell's log, its permits and its queue.
+//! A reload's new limits put into a live scope, keeping its cell's log, its permits and its waiting calls.
 
 use std::num::NonZeroU32;
 
-use super::Scope;
+use super::scope::Scope;
 use crate::Rate;
 
 impl Scope {
     /// Puts the configured `rate` and `burst` of a reloaded configuration
-    /// in place of this scope's, and `max_in_flight` as its cap (or the
-    /// cap `"auto"` follows the new rate to). The cell keeps every start
-    /// it logged, past and reserved, so a lowered rate counts what was
-    /// already spent; calls holding a reserved start keep it. What the
-    /// server stated or the auto controller found still caps the rate.
-    pub(crate) fn relimit(&self, rate: Option<Rate>, burst: Option<NonZeroU32>, cap: u32) {
+    /// in place of this scope's, `max_in_flight` as its cap (or the cap
+    /// `"auto"` follows the new rate to), and `queue` as its queue's bound
+    /// (calls already waiting past a lowered bound keep their places). The
+    /// cell keeps every start it logged, past and reserved, so a lowered
+    /// rate counts what was already spent; calls holding a reserved start
+    /// keep it. What the server stated or the auto controller found still
+    /// caps the rate.
+    pub(crate) fn relimit(
+        &self,
+        (rate, burst): (Option<Rate>, Option<NonZeroU32>),
+        cap: u32,
+        queue: u32,
+    ) {
         {
             let mut state = self.state();
             let before = state.limit.effective();
@@ -27,6 +34,9 @@ impl Scope {
                 let (enforced, burst) = (state.limit.enforced(), state.limit.burst());
                 state.cell.set_limit(enforced, burst);
             }
+        }
+        if let Some(admission) = self.admission() {
+            admission.set_queue(queue);
         }
         if self.auto_cap {
             self.adjust_cap();

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Limit, OUTCOME_KINDS, Scope, State};
+use super::limit::Limit;
+use super::scope::{OUTCOME_KINDS, Scope, State};
 use crate::Rate;
 use crate::adapt::{Aimd, AimdState};
 use crate::limiter::{Micros, micros};
