@@ -1,6 +1,5 @@
 //! Issue 14's configuration syntax, as the contract gives it: rate lists,
 //! groups, units, priorities, and tool costs, settles and priorities.
-#![allow(clippy::unwrap_used)]
 
 use sluice::{Cost, Priority, Settle};
 use sluice_config::{McpConfig, SidecarConfig};

@@ -2,8 +2,6 @@
 //! runs `sluice mcp` with the same limits, and a value out of bounds is
 //! refused by both at load, naming its field (issue 13).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use sluice_config::{ConfigError, MAX_DURATION, McpConfig, SidecarConfig};
