@@ -1,6 +1,5 @@
 //! The reqwest-middleware middleware against the fake API served over HTTP on
 //! loopback: every assertion is on what the fake recorded.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(feature = "reqwest")]
 
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! The tower layer against the fake API, in process on tokio's paused clock:
 //! every assertion is on what the fake recorded.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
 use std::sync::Arc;
