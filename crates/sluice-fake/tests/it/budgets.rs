@@ -2,9 +2,7 @@
 //! key, groups nested in the default resource, a token charge read from the request, and
 //! the true usage reported and kept.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

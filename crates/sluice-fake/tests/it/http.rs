@@ -1,8 +1,6 @@
 //! The fake served over HTTP on 127.0.0.1:0 and called with reqwest.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

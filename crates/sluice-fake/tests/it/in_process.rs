@@ -1,8 +1,6 @@
 //! The fake driven in-process through `handle()` on tokio's paused clock: exact times.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::{Duration, SystemTime};
 
