@@ -2,9 +2,8 @@
 //! groups, costs in units with a true-up, and priorities — asserted on the
 //! request start times the simulated upstream recorded, on both cell types
 //! (the exact sliding window, and GCRA when `burst` is set).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,9 +1,8 @@
 //! Issue 15 end to end over loopback: the fake API answers in the body
 //! shapes of real APIs, and its recorded request times show that sluice
 //! waited as told, sent nothing early, and told the model `rate_limited`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

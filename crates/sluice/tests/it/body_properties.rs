@@ -1,7 +1,6 @@
 //! Property tests of the body reader (issue 15): any body with any status
 //! and headers gives a sane signal, never a panic; hostile sizes and depths
 //! are refused by their bounds.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant, UNIX_EPOCH};
 

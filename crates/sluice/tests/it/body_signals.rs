@@ -1,8 +1,7 @@
 //! Issue 15: rejections stated in bodies act like a 429 with that wait, on
 //! tokio's paused clock, asserted on the simulated server's recorded starts.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use sluice::signal::BodySignals;

@@ -1,9 +1,8 @@
 //! Scopes the server reports become their own buckets, end to end over
 //! loopback against the fake API's `github` and `openai` header styles: an
 //! exhausted scope defers the tools bound to it and nothing else.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

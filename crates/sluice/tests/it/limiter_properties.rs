@@ -1,7 +1,6 @@
 //! Property tests of the pure limiter cells: the rate promise holds under any
 //! mix of reservations, refunds, penalties and server reports, and a refund
 //! restores exactly what its reservation took.
-#![allow(clippy::unwrap_used)]
 
 use std::num::NonZeroU32;
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! Property tests of `signal::read`: no header can make it panic, ask for a
 //! negative or absurd wait, or name an oversized scope; and with a `Date`
 //! header, the local clock cannot change what a response means.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, UNIX_EPOCH};
 

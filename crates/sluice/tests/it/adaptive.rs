@@ -1,9 +1,8 @@
 //! Adaptive limits, deterministic: the engine against the fake API
 //! in-process on tokio's paused clock, with seeded randomness. Assertions
 //! are on what the fake recorded.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

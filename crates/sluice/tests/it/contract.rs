@@ -2,9 +2,8 @@
 //! sized by what can wait, a drain estimate per shed call, and a true-up
 //! that moves the calls waiting behind it — asserted on the start times the
 //! simulated upstream recorded and on the outcomes the model reads.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,8 +1,7 @@
 //! DESIGN.md's invariants 1-10, each on tokio's paused clock against a
 //! simulated upstream that records every request it receives.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,9 +3,8 @@
 //! flight and the calls waiting are kept; a configuration a reload cannot
 //! apply is refused and the old limits hold. Asserted on the simulated
 //! upstream's recorded start times, on tokio's paused clock.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

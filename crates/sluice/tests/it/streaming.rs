@@ -2,7 +2,6 @@
 //! ([`sluice::Streaming`]): the call's concurrency permit and in-flight
 //! count are held until the body's reader is done, so `max_in_flight`
 //! counts streams, not heads (invariant 2 with streamed bodies).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

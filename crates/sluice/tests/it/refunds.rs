@@ -1,8 +1,7 @@
 //! What a call reserves and does not send is given back: the start slot's
 //! guard refunds it on every path, a caller dropping the call included.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,9 +2,8 @@
 //! two processes spend one key's rate between them, and a penalty one of
 //! them learns holds the other back too. (The Redis backend is tested
 //! against the same behaviour in `sluice-redis`.)
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

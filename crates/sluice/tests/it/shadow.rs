@@ -2,9 +2,8 @@
 //! the server's answer comes back as is, while each decision enforcing
 //! would have made is counted. Asserted on the simulated upstream's
 //! recorded start times, on tokio's paused clock.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

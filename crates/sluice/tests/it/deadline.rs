@@ -1,9 +1,8 @@
 //! Issue 13: no deadline or duration the library API takes can make a call
 //! panic. A call's deadline past the bound is answered with an error naming
 //! it, sending nothing; a configured one is refused when the gate is built.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

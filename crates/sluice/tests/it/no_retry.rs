@@ -1,8 +1,7 @@
 //! `sluice::NoRetry`: an executor's word that a call must not go again,
 //! kept over a status that would be retried; the server's wait still counts.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

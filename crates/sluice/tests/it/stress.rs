@@ -2,9 +2,8 @@
 //! latencies and deadlines, many turns at once. Exactly one outcome per
 //! call, in order, none after its deadline; the rate and concurrency
 //! promises hold on what the simulated server recorded.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

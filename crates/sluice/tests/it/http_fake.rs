@@ -1,8 +1,7 @@
 //! End to end over loopback HTTP against the fake API: the article's tests,
 //! asserted on the request times and counts the fake recorded.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
