@@ -2,9 +2,7 @@
 //! single-flight across requests, deadlines, and calls refused without sending.
 //! Every claim is checked against what the fake recorded.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

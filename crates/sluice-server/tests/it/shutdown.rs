@@ -1,9 +1,7 @@
 //! Graceful shutdown over a real socket: new connections are refused, calls
 //! in flight still get their outcomes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,9 +2,7 @@
 //! every call at once and reports what enforcing would have done in
 //! `/v1/status`, `/metrics` and the log. Asserted on the fake API's records.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

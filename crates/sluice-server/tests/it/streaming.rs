@@ -4,9 +4,7 @@
 //! others may share are read whole, and request bodies are bounded and
 //! sent again on a retry.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,9 +1,7 @@
 //! The sidecar's protections: the bearer token, the body limit, and secrets
 //! that appear in no response of any endpoint.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use axum::body::Body;
 use bytes::Bytes;

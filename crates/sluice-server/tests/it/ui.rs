@@ -2,9 +2,7 @@
 //! self-contained, behind the bearer token; the feed is live and ends
 //! when the sidecar shuts down.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,6 @@
 //! Loading `sluice.toml`: the example parses, and every invalid value
 //! is refused at start with a message naming its field and never a secret.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use sluice_server::{AppState, ConfigError, SidecarConfig, StartError};

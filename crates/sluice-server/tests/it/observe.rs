@@ -1,8 +1,6 @@
 //! `GET /v1/status`, `GET /metrics` and `GET /healthz`: what operators see.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,8 +1,7 @@
 //! Inputs the fuzz targets (`fuzz/`) found, kept as tests: each one failed
 //! a property before its fix. The inputs are also in `fuzz/seeds/`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use http::StatusCode;
 use serde_json::json;

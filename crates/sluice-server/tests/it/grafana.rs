@@ -3,8 +3,6 @@
 //! run that gives every family a sample: outcomes, waits, sheds, retries,
 //! coalesced reads, a spent quota, shadow decisions and a shared budget.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;

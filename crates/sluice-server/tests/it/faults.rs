@@ -4,9 +4,8 @@
 //! or runs out of daily quota mid-run. For each: every call gets exactly
 //! one outcome, none later than its deadline plus [`SLACK`], with the right
 //! status; nothing panics; and no permit or queue slot stays taken.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -1,9 +1,7 @@
 //! `ANY /proxy/{credential}/{*path}`: forwarding as is, the secret swapped in,
 //! only the base URL contacted, and sluice's own 429 / 504 answers.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

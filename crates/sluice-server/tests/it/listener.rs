@@ -3,9 +3,7 @@
 //! `header_read_timeout` is cut off, a connection in use is left alone,
 //! and at `max_connections` idle keep-alive connections make room.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

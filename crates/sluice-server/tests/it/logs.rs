@@ -1,10 +1,9 @@
 //! Secrets never reach a log line at any level: every request path runs with
 //! a TRACE subscriber (and the `log` bridge) capturing everything.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+use crate::support;
 
-mod support;
-
+use std::cell::RefCell;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +11,7 @@ use axum::body::Body;
 use http::Request;
 use serde_json::json;
 use support::{Echo, SECRET, Sidecar, TOKEN, config, get, send, state, turn};
-use tracing_subscriber::util::SubscriberInitExt;
+use tracing::dispatcher::DefaultGuard;
 
 #[derive(Clone, Default)]
 struct Capture(Arc<Mutex<Vec<u8>>>);
@@ -28,19 +27,45 @@ impl Write for Capture {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_secret_in_any_log_line_at_trace() {
+thread_local! {
+    /// The capture, as the default subscriber of a thread of this test's runtime.
+    static CAPTURING: RefCell<Option<DefaultGuard>> = const { RefCell::new(None) };
+}
+
+/// The test shares its process with the crate's other tests, so its
+/// subscriber is not the global one (which would capture their lines, and
+/// can be set once): it is the default of this thread and of every thread
+/// of the runtime the test runs on. The `log` bridge forwards `log` records
+/// (reqwest's, hyper's) to the calling thread's subscriber, so it stays
+/// process-wide; other tests' threads have none and drop them.
+#[test]
+fn no_secret_in_any_log_line_at_trace() {
     let capture = Capture::default();
     let writer = capture.clone();
-    // The only test in this binary: the global subscriber sees every thread.
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish()
-        .try_init()
+    let subscriber = tracing::Dispatch::new(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
+    let _ = tracing_log::LogTracer::init();
+    let _here = tracing::dispatcher::set_default(&subscriber);
+    let workers = subscriber.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(move || {
+            let guard = tracing::dispatcher::set_default(&workers);
+            CAPTURING.with(|slot| *slot.borrow_mut() = Some(guard));
+        })
+        .on_thread_stop(|| CAPTURING.with(|slot| drop(slot.borrow_mut().take())))
+        .build()
         .unwrap();
+    runtime.block_on(logged(capture));
+}
 
+async fn logged(capture: Capture) {
     let echo = Echo::spawn().await;
     let extra = r#"
 [server]

@@ -4,9 +4,7 @@
 //! bodies and in proxy headers and bodies, streamed or not, across chunk
 //! boundaries.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

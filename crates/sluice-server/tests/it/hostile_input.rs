@@ -4,9 +4,8 @@
 //! never reach another host, never leave the base path however the upstream
 //! decodes them, never add a header; an incoming `Authorization` is never
 //! forwarded; and a refusal for a missing token says nothing about the path.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use axum::body::Body;
 use http::{Request, StatusCode};

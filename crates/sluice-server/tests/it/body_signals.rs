@@ -3,9 +3,7 @@
 //! is paced like a 429), while other credentials' 200s keep the fast path;
 //! a Google 429 with the wait only in its body is paced by it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,9 +3,7 @@
 //! and `/v1/status` showing every window and unit. Every claim is checked
 //! against what the fake recorded.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
