@@ -3,7 +3,6 @@
 //! enforcing process on the same key still has all of it. Asserted on the
 //! fake API's records and on the commands Redis served, against a real
 //! redis-server on a free port.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,6 +10,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sluice_fake::{Config, FakeApi, FakeServer, Latency, Limits};
 use sluice_testkit::{RedisServer, SluiceProcess};
+
+use crate::support::{sluice, starts, status_of};
 
 /// The key's limit, per second.
 const R: usize = 10;
@@ -42,20 +43,8 @@ path = "/{credential}/item?n={{n}}"
 }
 
 fn serve(config: &Path, shadow: bool) -> SluiceProcess {
-    let binary = Path::new(env!("CARGO_BIN_EXE_sluice"));
     let extra: &[&str] = if shadow { &["--shadow"] } else { &[] };
-    SluiceProcess::serve(binary, config, extra, &[("RUST_LOG", "warn")])
-}
-
-/// `GET /v1/status`.
-async fn status_of(url: &str) -> Value {
-    let body = reqwest::get(format!("{url}/v1/status"))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    serde_json::from_slice(&body).unwrap()
+    SluiceProcess::serve(sluice(), config, extra, &[("RUST_LOG", "warn")])
 }
 
 /// One turn of `n` distinct calls on `credential`; the outcomes' statuses.
@@ -83,19 +72,6 @@ async fn burst(url: &str, credential: &str, tag: &str, n: usize) -> Vec<String> 
         .collect()
 }
 
-/// Start times (ms) of the requests tagged `tag`, in order.
-fn starts(fake: &FakeServer, tag: &str) -> Vec<f64> {
-    let mut starts: Vec<f64> = fake
-        .api()
-        .requests()
-        .iter()
-        .filter(|r| r.path.contains(&format!("n={tag}-")))
-        .map(|r| r.t_ms)
-        .collect();
-    starts.sort_by(f64::total_cmp);
-    starts
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shadow_process_spends_no_shared_budget() {
     let redis = RedisServer::start();
@@ -119,7 +95,7 @@ async fn a_shadow_process_spends_no_shared_budget() {
     redis.reset_stats();
     let answers = burst(&shadow.url, "api", "shadow", 3 * R).await;
     assert!(answers.iter().all(|s| s == "ok"), "{answers:?}");
-    let sent = starts(&fake, "shadow");
+    let sent = starts(&fake, &["shadow"]);
     assert_eq!(sent.len(), 3 * R);
     assert!(sent[3 * R - 1] - sent[0] < 500.0, "at once: {sent:?}");
     assert_eq!(redis.round_trips(), 0, "no reservation went to Redis");
@@ -134,7 +110,7 @@ async fn a_shadow_process_spends_no_shared_budget() {
     for (credential, tag) in [("api", "enforced"), ("control", "control")] {
         let answers = burst(&enforcing.url, credential, tag, R).await;
         let ok = answers.iter().filter(|s| *s == "ok").count();
-        let sent = starts(&fake, tag);
+        let sent = starts(&fake, &[tag]);
         let early = sent.iter().filter(|&&t| t - sent[0] < 500.0).count();
         seen.push((ok, early));
     }

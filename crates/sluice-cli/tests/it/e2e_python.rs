@@ -3,7 +3,6 @@
 //! asserts on the fake's recorded request times and counts. Run here so
 //! that the README's one test command runs them too, with the project's
 //! Python (`sluice_testkit::python`), whatever venv the caller is in.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

@@ -1,12 +1,11 @@
 //! Three `sluice serve` processes on one key: with `shared = true` the key's
 //! budget lives in Redis and the processes spend it once between them; a
 //! 429 one of them sees stops them all. Asserted on the fake API's records.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::Duration;
 
-use sluice_fake::{Config, FakeApi, FakeServer, Latency, Limits, Reply, Rule};
+use sluice_fake::{FakeServer, Reply, Rule};
 use sluice_testkit::{RedisServer, SluiceProcess, max_in_window};
 
 /// The key's limit, per second.
@@ -101,11 +100,7 @@ fn starts(fake: &FakeServer) -> Vec<f64> {
 
 async fn fake() -> FakeServer {
     // The fake allows far more than R, so it records what the processes sent.
-    let config = Config::new(Limits::new(1_000, Duration::from_secs(1)))
-        .with_latency(Latency::Fixed(Duration::from_millis(20)));
-    FakeServer::spawn(FakeApi::new(config).unwrap())
-        .await
-        .unwrap()
+    crate::support::recording_fake(Some(Duration::from_millis(20))).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,8 @@
 //! or `mcp` at `RUST_LOG=trace`; a huge body is refused with 413 without
 //! being read whole; a non-loopback listener needs a token; and a wrong
 //! token gets the same answer on every path, existing or not.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support::sluice;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -13,17 +13,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sluice_fake::{Config as FakeConfig, FakeApi, FakeServer, Limits};
+use sluice_fake::FakeServer;
 use sluice_testkit::proc_stats;
 
 /// The credential's key: it must reach the upstream and nothing else.
 const SECRET: &str = "sk-live-9f3b27c1e8-never-print";
 /// The sidecar's bearer token.
 const TOKEN: &str = "tok-proc-4e1a9c7b55";
-
-fn sluice() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_sluice"))
-}
 
 fn tempdir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sluice-security-{}-{name}", std::process::id()));
@@ -178,10 +174,7 @@ fn serve(config: &Path, rust_log: &str) -> Captured {
 }
 
 async fn fake() -> FakeServer {
-    let config = FakeConfig::new(Limits::new(1_000, Duration::from_secs(1)));
-    FakeServer::spawn(FakeApi::new(config).unwrap())
-        .await
-        .unwrap()
+    crate::support::recording_fake(None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

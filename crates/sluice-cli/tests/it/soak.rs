@@ -4,7 +4,6 @@
 //! exactly once under its own id, none late, no permit stuck, the secret
 //! printed nowhere, and the sidecar's memory and descriptors do not grow
 //! with the number of calls. The full run is the `soak` example.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::Duration;

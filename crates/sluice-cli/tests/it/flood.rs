@@ -7,11 +7,11 @@
 //!
 //! The figures these print are the ones in docs/RELIABILITY.md:
 //! `cargo test -p sluice-cli --test flood -- --nocapture`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support::sluice;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,10 +25,6 @@ const SLOWLORIS: usize = 500;
 /// How long the flood lasts: past the default header-read timeout (10 s),
 /// so that every slowloris connection is cut off while it lasts.
 const FLOOD: Duration = Duration::from_secs(13);
-
-fn sluice() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_sluice"))
-}
 
 fn tempdir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sluice-flood-{}-{name}", std::process::id()));

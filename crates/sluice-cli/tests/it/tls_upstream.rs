@@ -3,7 +3,6 @@
 //! (here `SSL_CERT_FILE`, set for the sidecar's process only), one
 //! connection kept across calls, and nothing sent to a server whose
 //! certificate no trusted root signed.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 

@@ -1,7 +1,6 @@
 //! `sluice demo` as a user runs it: the incident shows with the naive
 //! harness and not with sluice. Asserts on the counts the fake API recorded
 //! (request counts, statuses), never on timing.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

@@ -7,7 +7,6 @@
 //! It needs `npm ci --prefix tests/mcp-conformance` and the SDK of
 //! tests/e2e/requirements.txt; `scripts/test` installs both. Without them
 //! the test fails, naming the command that installs them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::Command;

@@ -4,17 +4,13 @@
 //! started while the old one still listens is refused the port, instead
 //! of sharing it (`SO_REUSEPORT`) and spending the credentials' limits a
 //! second time.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support::sluice;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice_testkit::{Fault, SluiceProcess, Upstream, exited_within, free_port, serve_args};
-
-fn binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_sluice"))
-}
 
 /// Two workers: each has its own socket on the port.
 fn config(dir: &Path, upstream: &Upstream) -> PathBuf {
@@ -49,10 +45,10 @@ async fn a_restart_takes_the_port_while_the_old_process_finishes_its_calls() {
     let listen = format!("127.0.0.1:{}", free_port());
     let args = serve_args(&config, &listen, &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut old = SluiceProcess::start(binary(), &args, &[("RUST_LOG", "warn")]);
+    let mut old = SluiceProcess::start(sluice(), &args, &[("RUST_LOG", "warn")]);
 
     // Started while the old one listens: refused, naming the address.
-    let mut second = Command::new(binary())
+    let mut second = Command::new(sluice())
         .args(&args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -98,7 +94,7 @@ async fn a_restart_takes_the_port_while_the_old_process_finishes_its_calls() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // ...and the new one takes it and serves while the old one finishes.
-    let new = SluiceProcess::start(binary(), &args, &[("RUST_LOG", "warn")]);
+    let new = SluiceProcess::start(sluice(), &args, &[("RUST_LOG", "warn")]);
     assert!(
         old.exited_within(Duration::ZERO).is_none(),
         "the old process is still finishing its call"

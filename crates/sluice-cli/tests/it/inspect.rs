@@ -1,7 +1,5 @@
 //! `sluice inspect` as a process: sample response heads in, JSON and explanations out.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -7,7 +7,6 @@
 //! pytest runs there. No venv is built on top of another: one made with
 //! `--system-site-packages` from inside a venv sees the base interpreter's
 //! packages, not the venv's.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Output};
 

@@ -1,6 +1,5 @@
 //! `sluice mcp` as a process: its flags, its configuration errors, and the
 //! server's exit status as its own.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -10,7 +10,6 @@
 //! test that could not run its browser never reads `ok`.
 //! `SLUICE_UI_SCREENSHOT=docs/ui.png` also writes the screenshot the
 //! README shows.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,7 +1,5 @@
 //! `sluice fake-api` as a process: the first line, serving, and flag errors.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};

@@ -1,7 +1,6 @@
 //! Issue 13: a duration in `sluice.toml` longer than the longest allowed
 //! (a week) stops `sluice serve` and `sluice mcp` at start, with a message
 //! naming the field, instead of starting and panicking on every call.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -4,27 +4,20 @@
 //! that cannot be applied is refused, naming the field, and the old limit
 //! holds; SIGHUP never ends the process. Asserted on the fake API's
 //! recorded start times, against a real `sluice serve` child.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice_fake::{Config, FakeApi, FakeServer, Latency, Limits};
+use sluice_fake::FakeServer;
 use sluice_testkit::{SluiceProcess, max_in_window};
+
+use crate::support::{recording_fake, sluice, starts, status_of};
 
 /// The fake allows far more than any limit here: it only records.
 async fn fake() -> FakeServer {
-    FakeServer::spawn(
-        FakeApi::new(
-            Config::new(Limits::new(1_000, Duration::from_secs(1)))
-                .with_latency(Latency::Fixed(Duration::from_millis(10))),
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap()
+    recording_fake(Some(Duration::from_millis(10))).await
 }
 
 /// A directory of the test's own.
@@ -53,18 +46,7 @@ path = "/item?n={{n}}"
 }
 
 fn serve(config: &Path) -> SluiceProcess {
-    let binary = Path::new(env!("CARGO_BIN_EXE_sluice"));
-    SluiceProcess::serve(binary, config, &[], &[("RUST_LOG", "info")])
-}
-
-async fn status_of(url: &str) -> Value {
-    let body = reqwest::get(format!("{url}/v1/status"))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    serde_json::from_slice(&body).unwrap()
+    SluiceProcess::serve(sluice(), config, &[], &[("RUST_LOG", "info")])
 }
 
 /// `POST /v1/reload`: its status and body.
@@ -121,19 +103,6 @@ async fn burst(url: &str, tag: &str, n: usize) {
     for result in results {
         assert_eq!(result["status"], "ok", "{answer}");
     }
-}
-
-/// Start times (ms) of the requests tagged with any of `tags`, in order.
-fn starts(fake: &FakeServer, tags: &[&str]) -> Vec<f64> {
-    let mut starts: Vec<f64> = fake
-        .api()
-        .requests()
-        .iter()
-        .filter(|r| tags.iter().any(|tag| r.path.contains(&format!("n={tag}-"))))
-        .map(|r| r.t_ms)
-        .collect();
-    starts.sort_by(f64::total_cmp);
-    starts
 }
 
 fn sha256_of(status: &Value) -> String {

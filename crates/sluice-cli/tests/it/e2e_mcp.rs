@@ -4,7 +4,6 @@
 //! They run in the project's Python (`sluice_testkit::python`, the venv
 //! `scripts/test` makes), whatever venv the caller is in; a missing SDK
 //! fails the test with the command that installs it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

@@ -3,7 +3,6 @@
 //! inherits from sluice's environment, and the `--listen` token. Whatever
 //! the server puts them in (a tool result, a JSON-RPC error, a line that is
 //! not JSON), the client, on stdio or over HTTP, sees `***`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
