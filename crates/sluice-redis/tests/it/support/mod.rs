@@ -20,6 +20,45 @@ use sluice::{CredentialConfig, Defaults, Gate, GateConfig, ToolConfig};
 use sluice_fake::{Config, FakeApi, FakeServer, Limits, RetryAfter};
 use sluice_redis::{RedisBudget, RedisConfig};
 
+/// Which module's tests are running, and how many of them.
+static TURN: std::sync::Mutex<(Option<&'static str>, usize)> = std::sync::Mutex::new((None, 0));
+static TURN_ENDED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// A test's share of its module's turn; the turn ends with the module's last test running.
+pub struct ModuleTurn;
+
+/// Waits until no other module's test runs. The tests of one module may
+/// run together, as when each module was a test binary of its own, but the
+/// tests of two modules never do: each brings its own redis-server
+/// processes and load, and they measure rates and stalls on two cores.
+/// Blocks the test's thread before its runtime does anything.
+pub fn module_turn(module: &'static str) -> ModuleTurn {
+    let mut turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    while turn.0.is_some_and(|running| running != module) {
+        turn = TURN_ENDED
+            .wait(turn)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
+    turn.0 = Some(module);
+    turn.1 += 1;
+    ModuleTurn
+}
+
+impl Drop for ModuleTurn {
+    fn drop(&mut self) {
+        let mut turn = TURN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        turn.1 -= 1;
+        if turn.1 == 0 {
+            turn.0 = None;
+            TURN_ENDED.notify_all();
+        }
+    }
+}
+
 use http_executor::{HttpExecutor, Tag};
 
 pub use sluice_testkit::{RedisCluster, RedisServer, busiest_window, max_in_window};

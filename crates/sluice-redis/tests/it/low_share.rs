@@ -5,9 +5,7 @@
 //! all go through. And a credential with one window and a unit: the calls
 //! without a cost spend the same shared log as those with one.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -142,6 +140,7 @@ async fn budgets(server: &RedisServer) -> (Arc<RedisBudget>, Arc<RedisBudget>) {
 /// gate sees no failure, and the window as a whole keeps its 10.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_low_share_holds_over_both_gates() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let recorder = Recorder::new();
     let (a, b) = budgets(&server).await;
@@ -191,6 +190,7 @@ async fn the_low_share_holds_over_both_gates() {
 /// decide in the same shared logs, so both gates together keep 5/1s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_with_and_without_a_cost_share_one_window() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let recorder = Recorder::new();
     let (a, b) = budgets(&server).await;

@@ -3,9 +3,7 @@
 //! true-up; the upstream records every request's start, and every window
 //! holds summed over both gates.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,6 +133,7 @@ async fn drive(
 /// settled, the request window's 5 do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gates_hold_every_window_and_settle_the_unit() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let recorder = Recorder {
         began: Instant::now(),
@@ -169,6 +168,7 @@ async fn two_gates_hold_every_window_and_settle_the_unit() {
 /// for the 5/1s request window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_cost_frees_the_unit_for_the_other_gate() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let recorder = Recorder {
         began: Instant::now(),
@@ -202,6 +202,7 @@ async fn a_settled_cost_frees_the_unit_for_the_other_gate() {
 /// 20/10s window caps the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_beside_a_window_is_one_bucket_over_both_gates() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let recorder = Recorder {
         began: Instant::now(),
@@ -241,6 +242,7 @@ async fn a_burst_beside_a_window_is_one_bucket_over_both_gates() {
 /// longer, or one spending less in that budget, still asks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_is_remembered_for_the_calls_that_cannot_outwait_it() {
+    let _turn = crate::support::module_turn(module_path!());
     use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedWindow};
     let server = RedisServer::start();
     let budget = RedisBudget::connect(redis_config(&server.url()))
@@ -303,6 +305,7 @@ async fn a_denial_is_remembered_for_the_calls_that_cannot_outwait_it() {
 /// most calls start at a leased start, without a round trip of their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_count_in_every_window_and_unit() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let recorder = Recorder {
         began: Instant::now(),
@@ -360,6 +363,7 @@ async fn leases_count_in_every_window_and_unit() {
 /// apart or more, so that the test, not the scheduler, sets their order.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_callers_take_shared_grants_by_priority() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     for (name, credential) in priority_credentials() {
         served_by_priority(&server, name, credential, [0, 3, 1, 2]).await;
@@ -430,6 +434,7 @@ fn spawn_call(
 /// instead of being deferred past the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_moved_past_its_wait_gives_the_shared_grant_back() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     for (name, credential) in priority_credentials() {
         let (gate, recorder) = priority_gate(&server, credential, 1_500).await;
@@ -501,6 +506,7 @@ async fn served_by_priority(
 /// and they ask again behind it: it ends second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_costlier_high_call_gives_the_grants_it_outranks_back() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let recorder = Recorder {
         began: Instant::now(),

@@ -3,9 +3,8 @@
 //! processes count them: the record scripts on their own (one limit, and
 //! every budget of a call on several windows or units), then whole
 //! budgets across a slow command and across a kill and an empty restart.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -88,6 +87,7 @@ async fn scripts(redis: &RedisServer) -> (Store, redis::aio::MultiplexedConnecti
 
 #[tokio::test]
 async fn recorded_starts_fill_an_exact_window_once_each() {
+    let _turn = crate::support::module_turn(module_path!());
     let redis = RedisServer::start();
     let (store, mut conn) = scripts(&redis).await;
     let limit = window("3/1s");
@@ -125,6 +125,7 @@ async fn recorded_starts_fill_an_exact_window_once_each() {
 
 #[tokio::test]
 async fn recorded_starts_move_a_bucket_on_in_order() {
+    let _turn = crate::support::module_turn(module_path!());
     let redis = RedisServer::start();
     let (store, mut conn) = scripts(&redis).await;
     // 10 a second, two at once: one start every 100 ms, 100 ms of tolerance.
@@ -155,6 +156,7 @@ async fn recorded_starts_move_a_bucket_on_in_order() {
 
 #[tokio::test]
 async fn recorded_spends_fill_every_budget_once_each_at_their_costs() {
+    let _turn = crate::support::module_turn(module_path!());
     let redis = RedisServer::start();
     let (_, mut conn) = scripts(&redis).await;
     let scripts = SpendScripts::default();
@@ -217,6 +219,7 @@ async fn recorded_spends_fill_every_budget_once_each_at_their_costs() {
 
 #[tokio::test]
 async fn recorded_spends_move_a_bucket_on_by_their_cost() {
+    let _turn = crate::support::module_turn(module_path!());
     let redis = RedisServer::start();
     let (_, mut conn) = scripts(&redis).await;
     let keys = CredentialKeys::new("sluice", "bucket");
@@ -276,6 +279,7 @@ async fn until_logged(redis: &RedisServer, budget: &Arc<RedisBudget>, key: &str,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_made_while_redis_was_down_count_for_every_process_once_it_is_back() {
+    let _turn = crate::support::module_turn(module_path!());
     let mut redis = RedisServer::start();
     let limit = window("3/10s");
     let a = budget(redis_config(&redis.url()).max_lease(1)).await;
@@ -326,6 +330,7 @@ fn several() -> [SharedWindow; 3] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spends_on_several_windows_made_while_redis_was_down_count_once_it_is_back() {
+    let _turn = crate::support::module_turn(module_path!());
     let mut redis = RedisServer::start();
     let windows = several();
     let limit = window("3/10s");
@@ -369,6 +374,7 @@ async fn spends_on_several_windows_made_while_redis_was_down_count_once_it_is_ba
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_spend_s_true_up_reaches_redis_before_or_after_the_spend() {
+    let _turn = crate::support::module_turn(module_path!());
     let mut redis = RedisServer::start();
     let windows = several();
     let call = || patient("trued", window("3/10s"), &windows);
@@ -413,6 +419,7 @@ async fn a_local_spend_s_true_up_reaches_redis_before_or_after_the_spend() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_made_while_a_command_was_slow_reaches_the_shared_log() {
+    let _turn = crate::support::module_turn(module_path!());
     let redis = RedisServer::start();
     let limit = window("5/10s");
     let a = budget(redis_config(&redis.url()).max_lease(1)).await;
@@ -498,6 +505,7 @@ async fn three_processes(redis: &RedisServer) -> [Arc<RedisBudget>; 3] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_back_before_the_others_keeps_its_share_until_redis_counts_them() {
+    let _turn = crate::support::module_turn(module_path!());
     let mut redis = RedisServer::start();
     let limit = window("60/1s");
     let [a, b, c] = three_processes(&redis).await;
@@ -600,11 +608,13 @@ async fn calls_wait_for_the_probe(windows: &'static [SharedWindow]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_arriving_while_a_probe_is_out_wait_for_its_answer() {
+    let _turn = crate::support::module_turn(module_path!());
     calls_wait_for_the_probe(&[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_on_several_windows_wait_for_a_probe_too() {
+    let _turn = crate::support::module_turn(module_path!());
     static WINDOWS: std::sync::LazyLock<[SharedWindow; 2]> = std::sync::LazyLock::new(|| {
         [
             window_of(None, 0, "100/1s", 1),
@@ -674,12 +684,14 @@ async fn busy_across_a_pause(windows: &[SharedWindow], key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_process_goes_on_at_redis_pace_once_a_slow_redis_answers_again() {
+    let _turn = crate::support::module_turn(module_path!());
     let key = CredentialKeys::new("sluice", "busy").window(&part("api_key"));
     busy_across_a_pause(&[], &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_process_on_several_windows_goes_on_at_redis_pace_too() {
+    let _turn = crate::support::module_turn(module_path!());
     let windows = [
         window_of(None, 0, "30/10s", 1),
         window_of(None, 1, "1000/100s", 1),
@@ -742,11 +754,13 @@ async fn local_starts_first(windows: &[SharedWindow]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_starts_reach_redis_before_it_decides_alone_again() {
+    let _turn = crate::support::module_turn(module_path!());
     local_starts_first(&[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_spends_on_several_windows_reach_redis_first_too() {
+    let _turn = crate::support::module_turn(module_path!());
     local_starts_first(&[
         window_of(None, 0, "12/10s", 1),
         window_of(None, 1, "1000/100s", 1),

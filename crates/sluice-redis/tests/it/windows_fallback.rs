@@ -9,9 +9,7 @@
 //! gate's shared starts must also fit its share), and within the limit
 //! once the fallback has settled.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,6 +132,7 @@ fn max_within(starts: &[f64], window: f64, from: f64, to: f64) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_holds_every_window_and_group_at_the_share() {
+    let _turn = crate::support::module_turn(module_path!());
     let mut redis = RedisServer::start();
     let recorder = Recorder {
         began: Instant::now(),

@@ -2,9 +2,8 @@
 //! leases, refunds and blocks run against Redis (with the scripts' clock
 //! set explicitly) and against the engine's reference, `InMemoryBudget` on
 //! a paused tokio clock, at the same times. Every decision must match.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -280,11 +279,13 @@ fn check(gcra: bool) {
 
 #[test]
 fn the_window_script_decides_as_the_engine() {
+    let _turn = crate::support::module_turn(module_path!());
     check(false);
 }
 
 #[test]
 fn the_gcra_script_decides_as_the_engine() {
+    let _turn = crate::support::module_turn(module_path!());
     check(true);
 }
 
@@ -294,6 +295,7 @@ fn the_gcra_script_decides_as_the_engine() {
 /// only then follows the latest, once the oldest has left.
 #[test]
 fn a_paced_lease_leaves_the_window_open_in_front_of_it() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let redis = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -3,9 +3,8 @@
 //! Cluster. sluice shares a budget through it, and a wrong CA or a wrong
 //! password is refused at connect with an error that names the cause and
 //! never the password.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -82,6 +81,7 @@ async fn refused(config: RedisConfig) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_is_shared_over_tls_with_an_acl_user() {
+    let _turn = crate::support::module_turn(module_path!());
     let tls = Tls::generate();
     let redis = RedisServer::start_tls(tls.clone());
     let ca = tls.ca_file();
@@ -97,6 +97,7 @@ async fn a_budget_is_shared_over_tls_with_an_acl_user() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_or_password_is_refused_without_printing_the_secret() {
+    let _turn = crate::support::module_turn(module_path!());
     let tls = Tls::generate();
     let redis = RedisServer::start_tls(tls.clone());
 
@@ -137,6 +138,7 @@ async fn a_wrong_ca_or_password_is_refused_without_printing_the_secret() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_is_shared_over_a_tls_cluster() {
+    let _turn = crate::support::module_turn(module_path!());
     let tls = Tls::generate();
     let cluster = RedisCluster::start_with(0, Some(tls.clone()));
     let ca = tls.ca_file();

@@ -2,9 +2,8 @@
 //! owning the credential's slot is killed mid-run and its replica promoted.
 //! Two budgets with their own connections stand for two processes (two
 //! `sluice` processes would spend most of the test starting up).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -30,6 +29,7 @@ fn mode(budget: &RedisBudget) -> (Mode, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_failover_keeps_the_budget_and_shared_mode_comes_back() {
+    let _turn = crate::support::module_turn(module_path!());
     let mut cluster = RedisCluster::start_with(1, None);
     let config = || RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
     let budgets = [budget(config()).await, budget(config()).await];

@@ -4,9 +4,7 @@
 //! times (`Clock::At`) so that every start is asserted exactly; the last test
 //! runs on the server's own clock from several connections at once.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use sluice_redis::Clock;
 use sluice_redis::keys::CredentialKeys;
@@ -50,6 +48,7 @@ fn llm(tokens: u64) -> Vec<Budget> {
 
 #[tokio::test]
 async fn every_window_holds_and_the_longest_wait_wins() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let mut conn = connection(&server).await;
     let scripts = SpendScripts::default();
@@ -88,6 +87,7 @@ async fn every_window_holds_and_the_longest_wait_wins() {
 
 #[tokio::test]
 async fn a_unit_is_charged_its_estimate_and_settled_at_the_start() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let mut conn = connection(&server).await;
     let scripts = SpendScripts::default();
@@ -144,6 +144,7 @@ async fn a_unit_is_charged_its_estimate_and_settled_at_the_start() {
 
 #[tokio::test]
 async fn a_refund_frees_the_start_in_every_window() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let mut conn = connection(&server).await;
     let scripts = SpendScripts::default();
@@ -168,6 +169,7 @@ async fn a_refund_frees_the_start_in_every_window() {
 
 #[tokio::test]
 async fn a_cost_that_can_never_fit_is_an_error_not_a_wait() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let mut conn = connection(&server).await;
     let error = SpendScripts::default()
@@ -183,6 +185,7 @@ async fn a_cost_that_can_never_fit_is_an_error_not_a_wait() {
 /// clock: the starts the script recorded hold every window.
 #[tokio::test]
 async fn concurrent_processes_never_overfill_a_window() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let budgets = vec![
         Budget::requests("api_key", 0, 5, S / 5),
@@ -250,6 +253,7 @@ async fn concurrent_processes_never_overfill_a_window() {
 /// moves the bucket by the difference.
 #[tokio::test]
 async fn a_bucket_beside_a_window_spends_all_or_nothing() {
+    let _turn = crate::support::module_turn(module_path!());
     use sluice_redis::spend::{Bucket, Granted, Seen, Window};
     let server = RedisServer::start();
     let mut conn = connection(&server).await;
@@ -352,6 +356,7 @@ async fn a_bucket_beside_a_window_spends_all_or_nothing() {
 /// the next lease's stale members go back before it is placed.
 #[tokio::test]
 async fn a_lease_places_further_starts_charged_in_every_budget() {
+    let _turn = crate::support::module_turn(module_path!());
     use sluice_redis::spend::{Lease, Seen, Window, further_member};
     let server = RedisServer::start();
     let conn = connection(&server).await;
@@ -421,6 +426,7 @@ async fn a_lease_places_further_starts_charged_in_every_budget() {
 /// overfill `b`'s minute, and go after it.
 #[tokio::test]
 async fn a_settled_cost_leaves_room_in_front_of_later_grants() {
+    let _turn = crate::support::module_turn(module_path!());
     let server = RedisServer::start();
     let conn = connection(&server).await;
     let scripts = SpendScripts::default();

@@ -13,9 +13,8 @@
 //!
 //! Each budget is one process's view (its own connection, lease pool,
 //! breaker and id in the heartbeat set), as in the other tests here.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -279,6 +278,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_processes_on_one_key_start_at_most_the_limit_in_any_second() {
+    let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     let url = redis.url();
@@ -294,6 +294,7 @@ async fn sixteen_processes_on_one_key_start_at_most_the_limit_in_any_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_two_hundred_ms_at_a_time_mid_run_overspends_nothing() {
+    let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     let url = redis.url();

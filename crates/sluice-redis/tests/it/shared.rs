@@ -1,9 +1,8 @@
 //! Several processes on one key: three `RedisBudget`s (each with its own
 //! connections and lease pool) behind three gates, driven hard against the
 //! fake API over loopback. Asserted on what the fake recorded.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_spend_one_rate_with_few_round_trips() {
+    let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     let server = fake(10_000).await;
@@ -104,6 +104,7 @@ async fn three_processes_spend_one_rate_with_few_round_trips() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn separate_local_buckets_spend_three_times_the_key() {
+    let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
     let server = fake(10_000).await;
     let until = Instant::now() + Duration::from_secs(3);
@@ -139,6 +140,7 @@ async fn separate_local_buckets_spend_three_times_the_key() {
 /// instant instead, and the rest of such a burst may already be under way.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_one_process_sees_stops_every_process() {
+    let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     let server = fake(10_000).await;
@@ -205,6 +207,7 @@ async fn a_429_one_process_sees_stops_every_process() {
 /// deferred because another's lease holds its slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_n_calls_at_n_per_window_all_start() {
+    let _turn = crate::support::module_turn(module_path!());
     use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
     let redis = RedisServer::start();
     let budget = budget(redis_config(&redis.url())).await;

@@ -1,8 +1,7 @@
 //! Redis Cluster: three masters started here; the limiter works on it and
 //! every key of a credential lives in one slot.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -15,6 +14,7 @@ const R: usize = 40;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_limiter_runs_on_a_three_master_cluster() {
+    let _turn = crate::support::module_turn(module_path!());
     let cluster = RedisCluster::start();
     let config = || RedisConfig::cluster(cluster.urls());
     let a = budget(config()).await;

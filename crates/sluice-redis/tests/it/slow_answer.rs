@@ -3,9 +3,8 @@
 //! reservations that time out are voided by their id before their callers
 //! spend anything for them, so the upstream's own records show no window
 //! over the limit, and Redis's log keeps no entry of a voided reservation.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -64,6 +63,7 @@ async fn reserve_now(budget: &RedisBudget) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_that_timed_out_is_settled_before_anything_is_spent_for_it() {
+    let _turn = crate::support::module_turn(module_path!());
     let redis = RedisServer::start();
     let pid = redis.pid().unwrap();
     let server = fake(10_000).await;

@@ -2,9 +2,8 @@
 //! SLEEP`, its script cache flushed. Calls keep flowing at the fallback
 //! rate, never wait more than the command timeout extra, and shared mode
 //! comes back by itself.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +57,7 @@ fn in_span(starts: &[f64], from: f64, to: f64) -> Vec<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_redis_falls_back_and_restarting_it_recovers() {
+    let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
     let mut redis = RedisServer::start();
     let server = fake(10_000).await;
@@ -210,6 +210,7 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_times_out_into_fallback_without_stalling_calls() {
+    let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     let server = fake(10_000).await;
@@ -272,6 +273,7 @@ async fn a_paused_redis_times_out_into_fallback_without_stalling_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flushed_script_cache_is_invisible() {
+    let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     // No leases: every call runs the script, so every round after a flush
