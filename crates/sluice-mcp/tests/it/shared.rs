@@ -4,8 +4,8 @@
 //! rolling window holds more starts than the key allows; every call is
 //! answered exactly once, with the server's result or a deferral the model
 //! reads; nothing deferred reaches a server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support::raw_http::post_mcp;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use sluice_mcp::{McpConfig, Proxy, Remote, Server};
 use sluice_testkit::{RedisServer, max_in_window};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// The key's limit: at most `RATE` calls start in any second.
 const RATE: usize = 4;
@@ -113,29 +113,16 @@ async fn proxy(toml: &str, upstream: String) -> String {
 
 /// One POST (JSON answer): the head and the messages of the body.
 async fn post(addr: &str, session: Option<&str>, body: &str) -> (String, Vec<Value>) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut request = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\naccept: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    if let Some(session) = session {
-        request.push_str(&format!("mcp-session-id: {session}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_string(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let (head, rest) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    let messages = rest
+    let mut headers = vec![("host", addr), ("accept", "application/json")];
+    headers.extend(session.map(|session| ("mcp-session-id", session)));
+    let answer = post_mcp(addr, &headers, body, Duration::from_secs(30)).await;
+    let messages = answer
+        .body
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
         .filter(Value::is_object)
         .collect();
-    (head.to_ascii_lowercase(), messages)
+    (answer.head, messages)
 }
 
 /// Opens a session on `addr` and sends `CALLS` calls at once, numbered

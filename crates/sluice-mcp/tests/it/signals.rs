@@ -2,9 +2,8 @@
 //! tools whose errors report their API's limit, progress while a call
 //! waits, the deferral forms, annotations, and messages over the size cap
 //! (issue 19.4). On tokio's paused clock: every time asserted is exact.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

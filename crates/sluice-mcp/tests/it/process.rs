@@ -1,5 +1,4 @@
 //! The MCP server as a real child process: its exit status, its stdin closing, its stdout passing through.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(unix)]
 
 use std::time::Duration;

@@ -3,7 +3,6 @@
 //! token, and hostile servers (hanging or dripping streams, garbage, a
 //! huge event, a reset connection, a session that disappears), each
 //! giving one outcome per call within its deadline while other calls go on.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! The test harness: a proxy between an in-memory agent and an in-memory MCP server that the test plays.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod raw_http;
+
 use std::time::Duration;
 
 use serde_json::{Value, json};

@@ -3,7 +3,6 @@
 //! the middle of the key, in a header, and on the GET stream, whether the
 //! client is on stdio (`run_remote`) or on `--listen` (`serve_http`),
 //! where the GET stream is passed through as bytes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //! `allowed_origins`. A refused request gets 421 (Host) or 403 (Origin)
 //! before anything happens: with a stdio server no child is started, with a
 //! remote one nothing is sent upstream.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support::raw_http::{INIT, post_mcp};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sluice_mcp::{Command, McpConfig, Proxy, Remote, Server};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// A stdio server that notes each start in its log, then answers
 /// `initialize` and pings.
@@ -31,8 +31,6 @@ for line in sys.stdin:
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}) + "\n")
     sys.stdout.flush()
 "#;
-
-const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
 
 /// What a listener in front of a server has started or sent.
 enum Backend {
@@ -170,31 +168,12 @@ async fn listen(stdio: bool, extra: &str) -> (String, Backend) {
 /// A POST `initialize` to `addr` with these `Host` and `Origin` headers
 /// (each left out when `None`): the status and the head.
 async fn initialize(addr: &str, host: Option<&str>, origin: Option<&str>) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut request = String::from("POST /mcp HTTP/1.1\r\n");
-    if let Some(host) = host {
-        request.push_str(&format!("host: {host}\r\n"));
-    }
-    if let Some(origin) = origin {
-        request.push_str(&format!("origin: {origin}\r\n"));
-    }
-    request.push_str(&format!(
-        "connection: close\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n{INIT}",
-        INIT.len()
-    ));
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(15), stream.read_to_string(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let head = answer.split("\r\n\r\n").next().unwrap_or_default();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_ascii_lowercase())
+    let mut headers = Vec::new();
+    headers.extend(host.map(|host| ("host", host)));
+    headers.extend(origin.map(|origin| ("origin", origin)));
+    headers.push(("accept", "application/json, text/event-stream"));
+    let answer = post_mcp(addr, &headers, INIT, Duration::from_secs(15)).await;
+    (answer.status, answer.head)
 }
 
 async fn refused_before_anything_starts(stdio: bool) {

@@ -4,8 +4,8 @@
 //! 503 + Retry-After), `session_queue` (a POST past it is refused at once
 //! and nothing reaches the server), and progress for a waiting call sent
 //! on the POST stream that carried its token.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support::raw_http::{INIT, post_mcp};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -57,8 +57,6 @@ for line in sys.stdin:
 while True:
     time.sleep(1)
 "#;
-
-const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
 
 struct Listener {
     addr: String,
@@ -132,29 +130,13 @@ async fn until_logged(log: &Path, prefix: &str) -> String {
 
 /// One POST to `/mcp` (connection closed after it): status, head, body.
 async fn post(addr: &str, session: Option<&str>, body: &str) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut request = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    if let Some(session) = session {
-        request.push_str(&format!("mcp-session-id: {session}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(15), stream.read_to_string(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let (head, rest) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_ascii_lowercase(), rest.to_owned())
+    let mut headers = vec![
+        ("host", addr),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    headers.extend(session.map(|session| ("mcp-session-id", session)));
+    let answer = post_mcp(addr, &headers, body, Duration::from_secs(15)).await;
+    (answer.status, answer.head, answer.body)
 }
 
 /// A new session's id, and its child's pid.

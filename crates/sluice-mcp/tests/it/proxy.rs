@@ -1,8 +1,7 @@
 //! The proxy's routing without a real MCP server: the test plays both peers
 //! over in-memory pipes and asserts on what each side received.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
