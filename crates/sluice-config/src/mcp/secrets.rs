@@ -1,6 +1,6 @@
 //! The secrets `sluice mcp` scrubs from everything it returns to its client.
 
-use crate::mcp::McpConfig;
+use super::config::McpConfig;
 use crate::secret::Secret;
 
 impl McpConfig {
