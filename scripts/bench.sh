@@ -25,6 +25,7 @@ cargo bench -p sluice-bench --bench memory 2>/dev/null | tee "$out/memory.txt" >
 
 step "micro: bytes one call allocates (a counting allocator)"
 cargo bench -p sluice-bench --bench allocations 2>/dev/null | tee "$out/allocations.txt" >&2
+cargo bench -p sluice-bench --bench future_size 2>/dev/null | tee -a "$out/allocations.txt" >&2
 
 step "scenarios: every strategy on every scenario"
 "$bin" bench scenarios --json > "$out/scenarios.json"

@@ -192,8 +192,7 @@ pub(super) fn send<'c, E: Executor>(
 
 /// The bytes of the box `call`'s steps would run in, without running
 /// them; `None` when [`begin`] completes the call.
-#[cfg(test)]
-pub(in crate::pipeline) fn steps_size<E: Executor>(
+pub(crate) fn steps_size<E: Executor>(
     engine: &Engine<E>,
     turn: &TurnState,
     call: &Call<E::Payload>,

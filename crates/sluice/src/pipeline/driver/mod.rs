@@ -63,5 +63,4 @@ pub(crate) fn complete<'c, E: Executor>(
     }
 }
 
-#[cfg(test)]
-pub(super) use enter::steps_size;
+pub(crate) use enter::steps_size;
