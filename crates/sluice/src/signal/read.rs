@@ -29,7 +29,7 @@ pub fn read(status: StatusCode, headers: &HeaderMap, received: SystemTime) -> Si
 /// Reads every rate signal in a response, its body included: the reader
 /// that the engine, the sidecar, the MCP proxy and `sluice inspect` share.
 ///
-/// The caller decides whether the body can matter ([`wants_body`]) and
+/// The caller decides whether the body can matter ([`wants_body`](super::wants_body)) and
 /// passes an empty slice when it cannot; a body given is read within fixed
 /// bounds ([`body::MAX_JSON_BYTES`], [`body::MAX_DEPTH`],
 /// [`body::MAX_TEXT_BYTES`]), whatever its size. Headers take precedence
