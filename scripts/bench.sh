@@ -23,6 +23,10 @@ cargo bench -p sluice-bench --bench keyed_ratio 2>/dev/null | tee -a "$out/gate.
 step "micro: bytes an idle scope keeps (a counting allocator, 1,000,000 scopes)"
 cargo bench -p sluice-bench --bench memory 2>/dev/null | tee "$out/memory.txt" >&2
 
+step "micro: bytes one call allocates (a counting allocator)"
+cargo bench -p sluice-bench --bench allocations 2>/dev/null | tee "$out/allocations.txt" >&2
+cargo bench -p sluice-bench --bench future_size 2>/dev/null | tee -a "$out/allocations.txt" >&2
+
 step "scenarios: every strategy on every scenario"
 "$bin" bench scenarios --json > "$out/scenarios.json"
 

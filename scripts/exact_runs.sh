@@ -8,9 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
-cargo test -p sluice-redis --test exact --no-run --quiet
+cargo test -p sluice-redis --test it --no-run --quiet
 for ((i = 1; i <= runs; i++)); do
     echo "== run $i"
-    SLUICE_LONG=1 cargo test -p sluice-redis --test exact --quiet -- --nocapture --test-threads 1 2>&1 \
+    SLUICE_LONG=1 cargo test -p sluice-redis --test it exact:: --quiet -- --nocapture --test-threads 1 2>&1 \
         | grep -E "processes|test result|panicked" || true
 done

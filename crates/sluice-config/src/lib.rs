@@ -60,10 +60,6 @@ mod headers;
 mod limits;
 mod load;
 mod mcp;
-mod mcp_exposure;
-mod mcp_http;
-mod mcp_secrets;
-mod mcp_sessions;
 mod secret;
 mod server;
 mod shared;
@@ -77,12 +73,9 @@ pub use embedded::{EMBEDDED_WINDOW_MARGIN, EmbeddedConfig};
 pub use error::ConfigError;
 pub use headers::{SLUICE_HEADER_PREFIX, is_hop_by_hop, is_reserved_request_header};
 pub use mcp::{
-    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_SHUTDOWN_GRACE, Deferral, McpConfig, ToolOverride,
-};
-pub use mcp_exposure::McpExposure;
-pub use mcp_http::{McpHttp, UpstreamAuth};
-pub use mcp_sessions::{
-    DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, DEFAULT_SESSION_QUEUE, McpSessions,
+    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, DEFAULT_SESSION_QUEUE,
+    DEFAULT_SHUTDOWN_GRACE, Deferral, McpConfig, McpExposure, McpHttp, McpSessions, ToolOverride,
+    UpstreamAuth,
 };
 pub use secret::Secret;
 pub use server::{

@@ -41,11 +41,12 @@ pub(crate) struct TurnRegistry<E> {
 pub(crate) struct TurnLease<E> {
     /// The turn.
     pub(crate) turn: Turn<E>,
-    held: Option<Held<E>>,
+    registration: Option<Registration<E>>,
 }
 
-/// What a lease holds to mark its turn in use and touch it when done.
-struct Held<E> {
+/// Where a lease's turn is registered: the lease marks it in use (`users`)
+/// and touches it when done.
+struct Registration<E> {
     map: Arc<Mutex<Map<E>>>,
     id: String,
     users: Arc<()>,
@@ -54,10 +55,10 @@ struct Held<E> {
 impl<E> Drop for TurnLease<E> {
     fn drop(&mut self) {
         // Idleness counts from the end of the last request, not its start.
-        if let Some(held) = self.held.take() {
-            let mut map = held.map.lock();
-            if let Some(entry) = map.entries.get_mut(&held.id)
-                && Arc::ptr_eq(&entry.users, &held.users)
+        if let Some(registration) = self.registration.take() {
+            let mut map = registration.map.lock();
+            if let Some(entry) = map.entries.get_mut(&registration.id)
+                && Arc::ptr_eq(&entry.users, &registration.users)
             {
                 entry.last_used = Instant::now();
             }
@@ -84,7 +85,7 @@ impl<E: Executor> TurnRegistry<E> {
         let Some(id) = id else {
             return TurnLease {
                 turn: gate.turn(),
-                held: None,
+                registration: None,
             };
         };
         let now = Instant::now();
@@ -101,7 +102,7 @@ impl<E: Executor> TurnRegistry<E> {
                 );
                 return TurnLease {
                     turn: gate.turn(),
-                    held: None,
+                    registration: None,
                 };
             }
         }
@@ -113,7 +114,7 @@ impl<E: Executor> TurnRegistry<E> {
         entry.last_used = now;
         TurnLease {
             turn: entry.turn.clone(),
-            held: Some(Held {
+            registration: Some(Registration {
                 map: self.map.clone(),
                 id: id.to_owned(),
                 users: entry.users.clone(),

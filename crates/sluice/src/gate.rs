@@ -84,6 +84,16 @@ impl<E: Executor> Gate<E> {
         }
     }
 
+    /// The bytes of the box `call`'s steps would run in, on a turn of its
+    /// own, without running them; `None` when the call needs no box. A
+    /// measurement `sluice-bench` reports (`benches/future_size.rs`), not
+    /// an API: a compiler's layout moves it.
+    #[doc(hidden)]
+    pub fn steps_bytes(&self, call: &Call<E::Payload>) -> Option<usize> {
+        let turn = TurnState::single(&self.engine.defaults);
+        pipeline::steps_size(&self.engine, &turn, call)
+    }
+
     /// A new turn: the calls of one model step, sharing single-flight and a read cache.
     pub fn turn(&self) -> Turn<E> {
         Turn::new(self.engine.clone())

@@ -56,8 +56,9 @@
 //!   (reading the server), `retry.rs`, `outcome.rs`, `deadline.rs`;
 //! - `config/` — [`GateConfig`] as written (`model.rs`), checked
 //!   (`validate.rs`) and resolved per credential (`limits.rs`);
-//! - [`seats`] — the callers sleeping until their start, so that higher
-//!   priorities are served first (the engine's and a shared backend's);
+//! - [`priority_seats`] — the callers sleeping until their start, so that
+//!   higher priorities are served first (the engine's and a shared
+//!   backend's; `scope/seats.rs` is what the engine's callers hold there);
 //! - [`shared`] — the seam a budget shared across processes plugs into;
 //!   [`adapt`] — `rate = "auto"` and `max_in_flight = "auto"`.
 //!
@@ -100,10 +101,14 @@ pub mod limiter;
 mod observe;
 mod outcome;
 mod pipeline;
+pub mod priority_seats;
 mod rate;
 mod retry;
 pub mod scope;
-pub mod seats;
+/// The old name of [`priority_seats`], kept until the shared backend and the
+/// reservation step (owned elsewhere in this round) name the new one.
+#[doc(hidden)]
+pub use priority_seats as seats;
 pub mod shared;
 pub mod signal;
 mod turn;

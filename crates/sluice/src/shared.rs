@@ -77,7 +77,7 @@ pub struct ReserveRequest<'a> {
     pub late_start: Duration,
     /// The call's priority: a backend that holds grants until their time
     /// serves this process's waiting callers highest first
-    /// ([`crate::seats`]).
+    /// ([`crate::priority_seats`]).
     pub priority: Priority,
 }
 

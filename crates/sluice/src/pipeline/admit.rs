@@ -22,7 +22,7 @@ use crate::scope::{AdmittedNow, Permit, Scope};
 /// call's reading, read again after a wait in a queue.
 ///
 /// Boxed: only a call that queues pays for the queue's state, and the
-/// fast path's future stays small (`future_size.rs`).
+/// fast path's future stays small (sluice-bench's `future_size` bench reports it).
 pub(super) fn admit<'s, E: Executor>(
     engine: &Engine<E>,
     job: &Job<'_, E::Payload>,

@@ -18,8 +18,6 @@ mod classify;
 #[cfg(test)]
 mod clock_reads;
 mod driver;
-#[cfg(test)]
-mod future_size;
 mod holds;
 mod job;
 mod learn;
@@ -27,5 +25,5 @@ mod price;
 mod reserve;
 mod shadow;
 
-pub(crate) use driver::complete;
+pub(crate) use driver::{complete, steps_size};
 pub(crate) use job::Keep;

@@ -1,5 +1,5 @@
 //! What a call sleeping until its start slot holds, seated so that calls of
-//! higher priority are served first ([`crate::seats`]): its slot on each
+//! higher priority are served first ([`crate::priority_seats`]): its slot on each
 //! scope and, on a shared credential, the shared budget's grant.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use crate::limiter::Micros;
 use crate::shared::{Grant, SharedBudget};
 
 /// A credential's waiting calls, by their start in engine microseconds.
-pub(crate) type Seats = crate::seats::Seats<Micros, Holding>;
+pub(crate) type Seats = crate::priority_seats::Seats<Micros, Holding>;
 
 /// Where a shared grant goes back: the budget and the credential.
 pub(crate) type GrantHome = (Arc<dyn SharedBudget>, Arc<str>);
@@ -38,7 +38,7 @@ impl Holding {
     }
 }
 
-impl crate::seats::Seated for Holding {
+impl crate::priority_seats::Seated for Holding {
     /// The same scopes, the same charges on each (requests, low share,
     /// the cost in each unit), and a grant or none.
     fn same_spend(&self, other: &Holding) -> bool {
