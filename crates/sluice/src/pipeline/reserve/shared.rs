@@ -206,7 +206,7 @@ pub(super) async fn acquire_from<'a, E, P>(
         Some(budget) => {
             let latest = now.saturating_add(max_wait);
             // Boxed: only a shared credential's call holds the round trip's
-            // state (pipeline/future_size.rs).
+            // state (sluice-bench's `future_size` bench).
             let (local, start, grant) = Box::pin(with_shared(
                 engine, budget, scopes, job, local, start, latest,
             ))

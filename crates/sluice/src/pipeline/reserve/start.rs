@@ -17,7 +17,7 @@ use crate::outcome::{Outcome, Reason};
 use crate::pipeline::holds;
 use crate::pipeline::job::Job;
 use crate::scope::{Scope, ScopeRef};
-use crate::seats::Stood;
+use crate::priority_seats::Stood;
 
 /// Rounds of re-reserving after penalties voided waiting reservations. The
 /// inline budget bounds the time spent; this only guards against spinning.
