@@ -11,7 +11,7 @@ use crate::executor::{DirectCall, ServerExecutor};
 use crate::limits;
 use crate::outbox::Outbox;
 use crate::progress::ProgressObserver;
-use crate::router::Router;
+use crate::router::{Router, Setup};
 use crate::signals::Detector;
 use sluice_http::scrub::Scrubber;
 
@@ -168,11 +168,6 @@ impl Proxy {
         &self.config
     }
 
-    /// What reads every session's answers for rate signals.
-    pub(crate) fn detector(&self) -> &Arc<Detector> {
-        &self.detector
-    }
-
     /// What masks the secrets returned to the client, when any is configured.
     pub(crate) fn scrubber(&self) -> Option<&Arc<Scrubber>> {
         self.scrubber.as_ref()
@@ -206,8 +201,14 @@ impl Session {
         to_server: Outbox,
         direct: Option<Arc<dyn DirectCall>>,
     ) -> Session {
+        let setup = Setup {
+            config: &proxy.config,
+            nonce: proxy.nonce(),
+            detector: proxy.detector.clone(),
+            scrubber: proxy.scrubber.clone(),
+        };
         Session(Arc::new(Router::new(
-            gate, proxy, to_agent, to_server, direct,
+            gate, setup, to_agent, to_server, direct,
         )))
     }
 

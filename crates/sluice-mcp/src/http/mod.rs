@@ -2,13 +2,17 @@
 //! server (`--upstream URL`, [`upstream`]) and clients connecting to
 //! `http://ADDR/mcp` (`--listen ADDR`, [`listen`]).
 
+mod activity;
 mod client;
 mod guard;
+mod hub;
 pub(crate) mod listen;
 mod overload;
+mod post;
 mod routes;
 mod sessions;
 pub(crate) mod sse;
+mod stream;
 pub(crate) mod upstream;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -18,7 +22,8 @@ use crate::limits;
 use crate::outbox::Outbox;
 use crate::proxy::{Proxy, Session};
 
-pub use listen::{MCP_PATH, Server, serve_http};
+pub use hub::Server;
+pub use listen::{MCP_PATH, serve_http};
 pub use upstream::Remote;
 
 /// Proxies a stdio client (`agent_in`, `agent_out`: this process's standard
