@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
-use sluice::{Call, Gate};
+use sluice::Call;
 use tokio::task::AbortHandle;
 
 use crate::batch::Batch;
@@ -18,6 +18,7 @@ use crate::catalog::Catalog;
 use crate::executor::{DirectCall, Link, ServerExecutor, ToolCall};
 use crate::jsonrpc::{self, Frame, IdKey, Kind, Message};
 use crate::limits;
+use crate::live::LiveGate;
 use crate::outbox::Outbox;
 use crate::pending::{ChildReply, Pending};
 use crate::progress::Watch;
@@ -118,7 +119,7 @@ impl Router {
     /// A session's router; `direct`, when given, sends each admitted
     /// `tools/call` itself instead of through `to_server`.
     pub(crate) fn new(
-        gate: &Gate<ServerExecutor>,
+        live: &Arc<LiveGate<ServerExecutor>>,
         setup: Setup<'_>,
         to_agent: Outbox,
         to_server: Outbox,
@@ -137,7 +138,7 @@ impl Router {
             to_server,
             pending,
             link,
-            session_turn: SessionTurn::new(gate.clone()),
+            session_turn: SessionTurn::new(live.clone()),
             catalog: Mutex::new(Catalog::new(
                 config.credential.clone(),
                 config.tools.clone(),
@@ -268,7 +269,7 @@ impl Router {
         let watch = Watch::of(
             params,
             &self.to_agent,
-            self.session_turn.gate(),
+            &self.session_turn.gate(),
             &route.credential,
             spend.as_ref().and_then(|spend| spend.group.as_deref()),
         );

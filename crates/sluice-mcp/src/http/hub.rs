@@ -9,7 +9,6 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::header::CONTENT_TYPE;
 use serde_json::json;
-use sluice::Gate;
 use sluice_config::Secret;
 use tokio::sync::watch;
 
@@ -19,6 +18,7 @@ use super::upstream::{Client, HttpUpstream, Remote};
 use crate::executor::ServerExecutor;
 use crate::jsonrpc;
 use crate::limits;
+use crate::live::LiveGate;
 use crate::outbox::{Inbox, Outbox};
 use crate::process::Command;
 use crate::proxy::{Proxy, Session};
@@ -35,7 +35,7 @@ pub enum Server {
 /// Shared by every request to the listener.
 pub(super) struct Hub {
     pub(super) proxy: Proxy,
-    pub(super) gate: Gate<ServerExecutor>,
+    pub(super) gate: Arc<LiveGate<ServerExecutor>>,
     pub(super) server: Server,
     pub(super) client: Option<Client>,
     pub(super) token: Option<Secret>,

@@ -205,10 +205,10 @@ async fn events(State(hub): State<Arc<Hub>>) -> Response {
     let stop = async move {
         let _ = stop.wait_for(|stop| *stop).await;
     };
-    let gate = hub.gate.clone();
-    let config = hub.proxy.config().gate.clone();
+    let live = hub.gate.clone();
+    // The limits in force, a reload's included.
     let stream = sluice_ui::events(
-        move || sluice_ui::Snapshot::new(&config, gate.status()),
+        move || sluice_ui::Snapshot::new(&live.config(), live.gate().0.status()),
         stop,
     );
     with_headers(
