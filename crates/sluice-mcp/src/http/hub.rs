@@ -3,7 +3,7 @@
 //! client session with its own server session ([`Hub::open`]); and the
 //! JSON-RPC refusal of what cannot reach a session.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
@@ -19,7 +19,7 @@ use crate::executor::ServerExecutor;
 use crate::jsonrpc;
 use crate::limits;
 use crate::live::LiveGate;
-use crate::outbox::{Inbox, Outbox};
+use crate::outbox::Outbox;
 use crate::process::Command;
 use crate::proxy::{Proxy, Session};
 
@@ -53,7 +53,18 @@ impl Hub {
     ) -> Result<Arc<ClientSession>, String> {
         let grace = self.proxy.shutdown_grace();
         let id = format!("{:032x}", rand::random::<u128>());
-        let (to_agent, inbox) = Outbox::channel();
+        // What the session sends its client is routed at once, in the
+        // sender's task (`Outbox::handler`), to the client's waiting POST
+        // or stream, once the client session exists.
+        let routed: Arc<OnceLock<Weak<ClientSession>>> = Arc::default();
+        let to_agent = Outbox::handler({
+            let routed = routed.clone();
+            move |message| {
+                if let Some(client) = routed.get().and_then(Weak::upgrade) {
+                    client.routes.lock().route(message);
+                }
+            }
+        });
         let client = match &self.server {
             Server::Remote(remote) => {
                 let http = self.client.clone().ok_or("no HTTP client")?;
@@ -68,8 +79,10 @@ impl Hub {
                     Some(upstream.clone()),
                 );
                 upstream.attach(session.downgrade());
-                tokio::spawn(upstream.clone().pump(server_inbox));
-                ClientSession::new(id, session, Some(upstream), None, grace)
+                let client = ClientSession::new(id, session, Some(upstream.clone()), None, grace);
+                let _ = routed.set(Arc::downgrade(&client));
+                tokio::spawn(upstream.pump(server_inbox));
+                client
             }
             Server::Command(command) => {
                 let mut child = tokio::process::Command::new(&command.program)
@@ -89,6 +102,7 @@ impl Hub {
                 let (to_server, _writer) = Outbox::spawn("server", stdin, limits::queue_cap(max));
                 let session = Session::new(&self.gate, &self.proxy, to_agent, to_server, None);
                 let client = ClientSession::new(id, session.clone(), None, Some(child), grace);
+                let _ = routed.set(Arc::downgrade(&client));
                 let hub = Arc::downgrade(self);
                 let weak = Arc::downgrade(&client);
                 tokio::spawn(async move {
@@ -106,21 +120,10 @@ impl Hub {
                 client
             }
         };
-        tokio::spawn(dispatch(Arc::downgrade(&client), inbox));
         if let Some(place) = place {
             place.fill(client.clone());
         }
         Ok(client)
-    }
-}
-
-/// Routes what the session sends the client.
-async fn dispatch(client: std::sync::Weak<ClientSession>, mut inbox: Inbox) {
-    while let Some(message) = inbox.next().await {
-        let Some(client) = client.upgrade() else {
-            return;
-        };
-        client.routes.lock().route(message);
     }
 }
 
