@@ -15,6 +15,9 @@ import base64
 import json
 import sys
 
+import weakref
+
+from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
@@ -92,14 +95,30 @@ def test_multiple_content_types() -> list:
     ]
 
 
+# `logging/setLevel`: each session's level, below which its log messages are not sent.
+LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+session_levels = weakref.WeakKeyDictionary()
+
+
+async def set_logging_level(ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
+    session_levels[ctx.session] = params.level
+    return types.EmptyResult()
+
+
+async def log(ctx: Context, level: str, message: str) -> None:
+    wanted = session_levels.get(ctx.session, "debug")
+    if LEVELS.index(level) >= LEVELS.index(wanted):
+        await ctx.log(level, message)
+
+
 @server.tool()
 async def test_tool_with_logging(ctx: Context) -> str:
     """Logs three messages while it runs."""
-    await ctx.info("Tool execution started")
+    await log(ctx, "info", "Tool execution started")
     await asyncio.sleep(0.05)
-    await ctx.info("Tool processing data")
+    await log(ctx, "info", "Tool processing data")
     await asyncio.sleep(0.05)
-    await ctx.info("Tool execution completed")
+    await log(ctx, "info", "Tool execution completed")
     return "Tool with logging executed successfully"
 
 
@@ -147,6 +166,94 @@ async def test_elicitation(message: str, ctx: Context) -> str:
     return f"User response: action={answer.action}, content={json.dumps(answer.content)}"
 
 
+@server.tool()
+async def test_elicitation_sep1034_defaults(ctx: Context) -> str:
+    """Asks the user with a default for each primitive type (SEP-1034)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "User name", "default": "John Doe"},
+            "age": {"type": "integer", "description": "User age", "default": 30},
+            "score": {"type": "number", "description": "User score", "default": 95.5},
+            "status": {
+                "type": "string",
+                "description": "User status",
+                "enum": ["active", "inactive", "pending"],
+                "default": "active",
+            },
+            "verified": {"type": "boolean", "description": "Verification status", "default": True},
+        },
+    }
+    answer = await ctx.session.elicit_form(message="Please review your details", requested_schema=schema)
+    return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
+
+
+@server.tool()
+async def test_elicitation_sep1330_enums(ctx: Context) -> str:
+    """Asks the user with each of the five enum forms (SEP-1330)."""
+    options = ["option1", "option2", "option3"]
+    schema = {
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": options},
+            "titledSingle": {
+                "type": "string",
+                "oneOf": [
+                    {"const": "value1", "title": "First Option"},
+                    {"const": "value2", "title": "Second Option"},
+                    {"const": "value3", "title": "Third Option"},
+                ],
+            },
+            "legacyEnum": {
+                "type": "string",
+                "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"],
+            },
+            "untitledMulti": {"type": "array", "items": {"type": "string", "enum": options}},
+            "titledMulti": {
+                "type": "array",
+                "items": {
+                    "anyOf": [
+                        {"const": "value1", "title": "First Choice"},
+                        {"const": "value2", "title": "Second Choice"},
+                        {"const": "value3", "title": "Third Choice"},
+                    ]
+                },
+            },
+        },
+    }
+    answer = await ctx.session.elicit_form(message="Please pick your options", requested_schema=schema)
+    return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
+
+
+@server.tool(description="Tool with JSON Schema 2020-12 features")
+def json_schema_2020_12_tool(name: str = "", address: dict | None = None) -> str:
+    return f"name={name}, address={json.dumps(address)}"
+
+
+# Listed with a schema of its own (SEP-1613): `$schema`, `$defs`, `additionalProperties`.
+server._tool_manager.get_tool("json_schema_2020_12_tool").parameters = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {
+        "address": {
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        }
+    },
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "additionalProperties": False,
+}
+
+
+@server.tool()
+async def test_reconnection(ctx: Context) -> str:
+    """Closes its response stream mid-call, where the transport can (SEP-1699)."""
+    await ctx.close_sse_stream()
+    await asyncio.sleep(0.1)
+    return "Reconnection test completed successfully"
+
+
 @server.resource("test://static-text", mime_type="text/plain", description="A static text resource")
 def static_text() -> str:
     return "This is the content of the static text resource."
@@ -165,6 +272,29 @@ def watched() -> str:
 @server.resource("test://template/{id}/data", mime_type="application/json", description="A resource template")
 def template(id: str) -> str:
     return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
+
+
+# `resources/subscribe` and `resources/unsubscribe`: the URIs each session watches.
+subscriptions = weakref.WeakKeyDictionary()
+
+
+async def subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
+    subscriptions.setdefault(ctx.session, set()).add(str(params.uri))
+    return types.EmptyResult()
+
+
+async def unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+    subscriptions.get(ctx.session, set()).discard(str(params.uri))
+    return types.EmptyResult()
+
+
+# The SDK's MCPServer serves neither; its low-level server takes them.
+for method, params_type, handler in (
+    ("logging/setLevel", types.SetLevelRequestParams, set_logging_level),
+    ("resources/subscribe", types.SubscribeRequestParams, subscribe),
+    ("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe),
+):
+    server._lowlevel_server.add_request_handler(method, params_type, handler)
 
 
 @server.prompt(description="A simple prompt")

@@ -50,9 +50,17 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // `sluice mcp` runs on one thread. Its added latency is hand-offs
+    // between tasks (a client's POST, the call's task in the gate, the
+    // upstream connection, the answer back), and on a multi-thread
+    // runtime each is a wake-up of another thread: measured, most of the
+    // hop's cost (docs/PERFORMANCE.md, "The MCP hop"). On one thread a
+    // hand-off is a queue push.
+    let mut builder = match &cli.command {
+        Command::Mcp(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = builder.enable_all().build()?;
     runtime.block_on(async move {
         match cli.command {
             Command::Bench(args) => bench::run(args).await,

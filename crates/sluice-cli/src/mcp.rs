@@ -11,7 +11,7 @@ use sluice_config::McpConfig;
 use sluice_mcp::{Command, Proxy, Remote, Server, exit_code};
 
 /// Flags of `sluice mcp`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(
     after_help = "Examples:\n  sluice mcp --config sluice.toml -- npx -y @modelcontextprotocol/server-github\n  sluice mcp --config sluice.toml --upstream https://mcp.example.com/mcp\n  sluice mcp --config sluice.toml --listen 127.0.0.1:7879 -- python server.py"
 )]
@@ -64,8 +64,10 @@ fn upstream_url(text: &str) -> anyhow::Result<http::Uri> {
     }
 }
 
-pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    crate::logging::init();
+/// The configuration file as `sluice mcp` uses it: the file, then the
+/// command line's overrides (`--allow-host`, `--allow-origin`, `--shadow`),
+/// at start and again on each reload.
+fn load(args: &Args) -> anyhow::Result<McpConfig> {
     let mut config = McpConfig::load(&args.config, args.credential.as_deref())
         .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
     for host in &args.allow_host {
@@ -76,26 +78,52 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if args.shadow {
         config.gate = config.gate.shadow_all();
+    }
+    Ok(config)
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::logging::init();
+    let config = load(&args)?;
+    if args.shadow {
         tracing::info!(
             "shadow mode: decisions are recorded, and no call is delayed, shed or deferred"
         );
     }
-    // SIGHUP never ends the proxy (its default action would). It checks
-    // the file again and says whether it loads; the gate `sluice mcp`
-    // builds keeps the limits it started with (docs/operating.md#reload).
-    let (path, credential) = (args.config.clone(), args.credential.clone());
-    crate::hangup::on_hangup(
-        move || match McpConfig::load(&path, credential.as_deref()) {
-            Ok(_) => tracing::warn!(
-                "SIGHUP: the configuration file loads, but sluice mcp applies limits only at start; restart it to apply them"
-            ),
+    // Every secret is masked in what clients are sent (issue 19).
+    let proxy = Proxy::new(config.clone()).scrub_env_secrets();
+    // SIGHUP never ends the proxy (its default action would): it reads the
+    // file again and puts its limits in force for the calls that start
+    // after, keeping what each window has spent (docs/operating.md#reload).
+    // A file that does not load, or changes what needs a restart, is
+    // refused, naming the field; the limits in force stay.
+    let reloader = proxy.reloader();
+    let reread = Args {
+        command: Vec::new(),
+        ..args.clone()
+    };
+    crate::hangup::on_hangup(move || match load(&reread) {
+        Ok(config) => match reloader.reload(config) {
+            Ok(()) => tracing::info!("SIGHUP: the configuration file's limits are in force"),
             Err(error) => tracing::warn!(
                 field = error.field().unwrap_or(""),
                 %error,
-                "SIGHUP: the configuration file does not load; the configuration in force is unchanged"
+                "SIGHUP: the configuration file was refused; the configuration in force is unchanged"
             ),
         },
-    )?;
+        Err(error) => {
+            let field = error
+                .chain()
+                .find_map(|cause| cause.downcast_ref::<sluice_config::ConfigError>())
+                .and_then(sluice_config::ConfigError::field)
+                .unwrap_or("");
+            tracing::warn!(
+                field,
+                error = format!("{error:#}"),
+                "SIGHUP: the configuration file does not load; the configuration in force is unchanged"
+            );
+        }
+    })?;
     let env = |name: &str| std::env::var(name).ok();
     let server = match &args.upstream {
         Some(text) => Server::Remote(Remote {
@@ -135,18 +163,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "listening on http://{local}")?;
         stdout.flush()?;
         tracing::info!(addr = %local, auth = settings.auth_token.is_some(), "sluice mcp: clients connect at /mcp");
-        // Every secret is masked in what clients are sent (issue 19).
-        let proxy = Proxy::new(config).scrub_env_secrets();
         sluice_mcp::serve_http(proxy, server, listener, settings, shutdown).await?;
         return Ok(ExitCode::SUCCESS);
     }
     match server {
         Server::Remote(remote) => {
-            sluice_mcp::run_upstream(config, remote).await?;
+            sluice_mcp::run_upstream(proxy, remote).await?;
             Ok(ExitCode::SUCCESS)
         }
         Server::Command(command) => {
-            let status = sluice_mcp::run(config, &command).await?;
+            let status = sluice_mcp::run(proxy, &command).await?;
             // The server's status is ours: a client sees the same exit either way.
             Ok(ExitCode::from(exit_code(status)))
         }

@@ -127,6 +127,7 @@ mod executor;
 mod http;
 mod jsonrpc;
 mod limits;
+mod live;
 mod outbox;
 mod pending;
 mod process;
@@ -143,6 +144,7 @@ mod stdin;
 // `sluice.toml` as this proxy reads it (sluice-config's MCP view).
 pub use error::McpError;
 pub use http::{MCP_PATH, Remote, Server, run_remote, run_upstream, serve_http};
+pub use live::Reloader;
 pub use process::{Command, exit_code, run, run_with};
 pub use proxy::Proxy;
 pub use sluice_config::{McpConfig, ToolOverride};

@@ -7,6 +7,26 @@ use sluice_http::scrub::Scrubber;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+/// Where an outbox's messages go.
+#[derive(Clone)]
+enum To {
+    /// A writer task, or an [`Inbox`].
+    Queue(mpsc::UnboundedSender<Outgoing>),
+    /// A function that puts each message where it goes at once, without
+    /// waiting (a `--listen` session's routes): no task to wake per
+    /// message, which on a loaded machine is a thread's wake-up each.
+    Handler(Arc<dyn Fn(Vec<u8>) + Send + Sync>),
+}
+
+impl std::fmt::Debug for To {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            To::Queue(_) => f.write_str("Queue"),
+            To::Handler(_) => f.write_str("Handler"),
+        }
+    }
+}
+
 /// What a writer task is told.
 #[derive(Debug)]
 enum Outgoing {
@@ -25,7 +45,7 @@ enum Outgoing {
 /// the caller answers for it (issue 19).
 #[derive(Debug, Clone)]
 pub(crate) struct Outbox {
-    tx: mpsc::UnboundedSender<Outgoing>,
+    to: To,
     queued: Arc<AtomicUsize>,
     cap: usize,
     name: &'static str,
@@ -61,7 +81,7 @@ impl Outbox {
         let queued = Arc::new(AtomicUsize::new(0));
         let task = tokio::spawn(write_lines(name, out, rx, queued.clone(), scrubber));
         let outbox = Outbox {
-            tx,
+            to: To::Queue(tx),
             queued,
             cap,
             name,
@@ -75,12 +95,23 @@ impl Outbox {
         let (tx, rx) = mpsc::unbounded_channel();
         // Read by its transport, which bounds what it holds itself.
         let outbox = Outbox {
-            tx,
+            to: To::Queue(tx),
             queued: Arc::new(AtomicUsize::new(0)),
             cap: usize::MAX,
             name: "channel",
         };
         (outbox, Inbox(rx))
+    }
+
+    /// An outbox whose messages `handler` takes at once, in the sender's
+    /// task; it must not wait. Unbounded: what it holds is its own to bound.
+    pub(crate) fn handler(handler: impl Fn(Vec<u8>) + Send + Sync + 'static) -> Outbox {
+        Outbox {
+            to: To::Handler(Arc::new(handler)),
+            queued: Arc::new(AtomicUsize::new(0)),
+            cap: usize::MAX,
+            name: "handler",
+        }
     }
 
     /// Queues one message; false when the writer has stopped, or when the
@@ -99,7 +130,14 @@ impl Outbox {
                 return false;
             }
         }
-        if self.tx.send(Outgoing::Line(line)).is_err() {
+        let tx = match &self.to {
+            To::Queue(tx) => tx,
+            To::Handler(handler) => {
+                handler(line);
+                return true;
+            }
+        };
+        if tx.send(Outgoing::Line(line)).is_err() {
             if self.cap != usize::MAX {
                 self.queued.fetch_sub(len, Ordering::AcqRel);
             }
@@ -110,7 +148,9 @@ impl Outbox {
 
     /// Closes the stream once everything queued before is written.
     pub(crate) fn close(&self) {
-        let _ = self.tx.send(Outgoing::Close);
+        if let To::Queue(tx) = &self.to {
+            let _ = tx.send(Outgoing::Close);
+        }
     }
 }
 

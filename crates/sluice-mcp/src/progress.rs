@@ -20,9 +20,8 @@ use parking_lot::Mutex;
 use serde_json::json;
 use serde_json::value::RawValue;
 use sluice::scope::ScopeStatus;
-use sluice::{Event, Gate, Observer};
+use sluice::{Event, Executor, Gate, Observer};
 
-use crate::executor::ServerExecutor;
 use crate::jsonrpc;
 use crate::outbox::Outbox;
 
@@ -36,7 +35,6 @@ tokio::task_local! {
 }
 
 /// One call's progress channel to its client.
-#[derive(Debug)]
 pub(crate) struct Watch {
     /// The client's `progressToken`, JSON as written.
     token: String,
@@ -46,10 +44,22 @@ pub(crate) struct Watch {
     state: Mutex<(u64, bool)>,
     /// Where the call is: set by the observer and the executor.
     phase: Mutex<Phase>,
-    /// The gate, the credential and the group (if the tool has one) whose
-    /// admission queues the call may wait in.
-    queue: (Gate<ServerExecutor>, String, Option<String>),
+    /// The gate's status, the credential and the group (if the tool has
+    /// one) whose admission queues the call may wait in.
+    queue: (GateStatus, String, Option<String>),
 }
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("token", &self.token)
+            .field("phase", &self.phase)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A gate's scopes as they stand (whatever its executor).
+type GateStatus = Box<dyn Fn() -> Vec<ScopeStatus> + Send + Sync>;
 
 /// How far a watched call has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,10 +97,10 @@ impl Watch {
     /// A watch for the call whose `params` are these, if it asked for
     /// progress; the call spends `credential` (and its `group`) on `gate`,
     /// whose queues it may wait in.
-    pub(crate) fn of(
+    pub(crate) fn of<E: Executor + 'static>(
         params: &RawValue,
         to_agent: &Outbox,
-        gate: &Gate<ServerExecutor>,
+        gate: &Gate<E>,
         credential: &str,
         group: Option<&str>,
     ) -> Option<Arc<Watch>> {
@@ -101,7 +111,10 @@ impl Watch {
             state: Mutex::new((0, true)),
             phase: Mutex::new(Phase::Entered),
             queue: (
-                gate.clone(),
+                Box::new({
+                    let gate = gate.clone();
+                    move || gate.status()
+                }),
                 credential.to_owned(),
                 group.map(str::to_owned),
             ),
@@ -130,11 +143,10 @@ impl Watch {
             if *self.phase.lock() != Phase::Entered {
                 return;
             }
-            let (gate, credential, group) = &self.queue;
+            let (status, credential, group) = &self.queue;
             // The group's queue comes first, then the credential's: the
             // longer of the two is what is left.
-            let estimate = gate
-                .status()
+            let estimate = status()
                 .iter()
                 .filter(|s| {
                     s.credential == *credential

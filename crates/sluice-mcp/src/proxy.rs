@@ -9,9 +9,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::error::McpError;
 use crate::executor::{DirectCall, ServerExecutor};
 use crate::limits;
+use crate::live::{LiveGate, Reloader};
 use crate::outbox::Outbox;
 use crate::progress::ProgressObserver;
-use crate::router::Router;
+use crate::router::{Router, Setup};
 use crate::signals::Detector;
 use sluice_http::scrub::Scrubber;
 
@@ -45,6 +46,8 @@ pub struct Proxy {
     detector: Arc<Detector>,
     /// Masks the secrets in everything returned to the client (`scrub.rs`).
     scrubber: Option<Arc<Scrubber>>,
+    /// Swaps in new limits while it serves (`live.rs`).
+    reloader: Reloader,
 }
 
 impl Proxy {
@@ -56,6 +59,7 @@ impl Proxy {
             seed: None,
             detector,
             scrubber: None,
+            reloader: Reloader::default(),
         }
     }
 
@@ -83,6 +87,11 @@ impl Proxy {
     /// How long the server has to exit once asked (`[mcp] shutdown_grace`).
     pub(crate) fn shutdown_grace(&self) -> std::time::Duration {
         self.config.shutdown_grace
+    }
+
+    /// What reloads this proxy's limits once it serves (SIGHUP for `sluice mcp`).
+    pub fn reloader(&self) -> Reloader {
+        self.reloader.clone()
     }
 
     /// Seeds the gate's jitter and the proxy's ids (tests, reproducible runs).
@@ -149,8 +158,8 @@ impl Proxy {
 }
 
 impl Proxy {
-    /// The gate every session of this proxy spends.
-    pub(crate) async fn gate(&self) -> Result<Gate<ServerExecutor>, McpError> {
+    /// The gate every session of this proxy spends, as reloads replace it.
+    pub(crate) async fn gate(&self) -> Result<Arc<LiveGate<ServerExecutor>>, McpError> {
         // Progress notifications for calls that wait (see `progress.rs`).
         let mut builder = Gate::builder(self.config.gate.clone(), ServerExecutor)
             .observer(Arc::new(ProgressObserver));
@@ -160,17 +169,14 @@ impl Proxy {
         if let Some(budget) = crate::shared::budget(&self.config).await? {
             builder = builder.shared(budget);
         }
-        Ok(builder.build()?)
+        let live = LiveGate::new(builder.build()?, self.config.gate.clone());
+        self.reloader.serving(&live, &self.config);
+        Ok(live)
     }
 
     /// The configuration.
     pub(crate) fn config(&self) -> &McpConfig {
         &self.config
-    }
-
-    /// What reads every session's answers for rate signals.
-    pub(crate) fn detector(&self) -> &Arc<Detector> {
-        &self.detector
     }
 
     /// What masks the secrets returned to the client, when any is configured.
@@ -200,14 +206,20 @@ impl Session {
     /// A session; `direct`, when given, sends each admitted `tools/call`
     /// itself instead of through `to_server`.
     pub(crate) fn new(
-        gate: &Gate<ServerExecutor>,
+        gate: &Arc<LiveGate<ServerExecutor>>,
         proxy: &Proxy,
         to_agent: Outbox,
         to_server: Outbox,
         direct: Option<Arc<dyn DirectCall>>,
     ) -> Session {
+        let setup = Setup {
+            config: &proxy.config,
+            nonce: proxy.nonce(),
+            detector: proxy.detector.clone(),
+            scrubber: proxy.scrubber.clone(),
+        };
         Session(Arc::new(Router::new(
-            gate, proxy, to_agent, to_server, direct,
+            gate, setup, to_agent, to_server, direct,
         )))
     }
 

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
-use sluice::{Call, Gate};
+use sluice::Call;
 use tokio::task::AbortHandle;
 
 use crate::batch::Batch;
@@ -18,12 +18,13 @@ use crate::catalog::Catalog;
 use crate::executor::{DirectCall, Link, ServerExecutor, ToolCall};
 use crate::jsonrpc::{self, Frame, IdKey, Kind, Message};
 use crate::limits;
+use crate::live::LiveGate;
 use crate::outbox::Outbox;
 use crate::pending::{ChildReply, Pending};
 use crate::progress::Watch;
-use crate::proxy::Proxy;
 use crate::reply;
 use crate::session_turn::SessionTurn;
+use crate::signals::Detector;
 use sluice_http::scrub::Scrubber;
 
 /// Where a handled message's response goes.
@@ -105,40 +106,50 @@ struct CancelParams<'a> {
     reason: Option<String>,
 }
 
+/// What a session's router takes from the proxy it belongs to.
+pub(crate) struct Setup<'a> {
+    pub(crate) config: &'a sluice_config::McpConfig,
+    /// The nonce of the session's proxy-owned ids.
+    pub(crate) nonce: u64,
+    pub(crate) detector: Arc<Detector>,
+    pub(crate) scrubber: Option<Arc<Scrubber>>,
+}
+
 impl Router {
     /// A session's router; `direct`, when given, sends each admitted
     /// `tools/call` itself instead of through `to_server`.
     pub(crate) fn new(
-        gate: &Gate<ServerExecutor>,
-        proxy: &Proxy,
+        live: &Arc<LiveGate<ServerExecutor>>,
+        setup: Setup<'_>,
         to_agent: Outbox,
         to_server: Outbox,
         direct: Option<Arc<dyn DirectCall>>,
     ) -> Router {
-        let pending = Arc::new(Pending::new(proxy.nonce()));
+        let config = setup.config;
+        let pending = Arc::new(Pending::new(setup.nonce));
         let link = Link {
             to_server: to_server.clone(),
             pending: pending.clone(),
             direct,
-            detector: proxy.detector().clone(),
+            detector: setup.detector,
         };
         Router {
             to_agent,
             to_server,
             pending,
             link,
-            session_turn: SessionTurn::new(gate.clone()),
+            session_turn: SessionTurn::new(live.clone()),
             catalog: Mutex::new(Catalog::new(
-                proxy.config().credential.clone(),
-                proxy.config().tools.clone(),
-                proxy.config().trust_annotations,
+                config.credential.clone(),
+                config.tools.clone(),
+                config.trust_annotations,
             )),
-            deferral: proxy.config().deferral,
+            deferral: config.deferral,
             calls: Mutex::new(HashMap::new()),
             lists: Mutex::new(HashSet::new()),
             batch_waits: Mutex::new(HashMap::new()),
             serial: AtomicU64::new(0),
-            scrubber: proxy.scrubber().cloned(),
+            scrubber: setup.scrubber,
         }
     }
 
@@ -258,7 +269,7 @@ impl Router {
         let watch = Watch::of(
             params,
             &self.to_agent,
-            self.session_turn.gate(),
+            &self.session_turn.gate(),
             &route.credential,
             spend.as_ref().and_then(|spend| spend.group.as_deref()),
         );

@@ -9,6 +9,8 @@ use parking_lot::Mutex;
 use sluice::{Executor, Gate, Turn};
 use tokio::time::Instant;
 
+use crate::live::LiveGate;
+
 /// The session's current engine [`Turn`], and when to start the next.
 ///
 /// MCP has no notion of a model step, so the proxy draws one from what it
@@ -18,10 +20,11 @@ use tokio::time::Instant;
 /// therefore behave exactly as in one session-long turn (every cached
 /// answer is older than the TTL when a turn ends), while `turn_budget`
 /// counts the requests of one burst, roughly one model step, and memory is
-/// released between bursts.
+/// released between bursts. A reload (`live.rs`) starts a new turn too,
+/// on the gate it put in force.
 #[derive(Debug)]
 pub(crate) struct SessionTurn<E> {
-    gate: Gate<E>,
+    live: Arc<LiveGate<E>>,
     idle_after: Duration,
     state: Mutex<State<E>>,
 }
@@ -29,6 +32,8 @@ pub(crate) struct SessionTurn<E> {
 #[derive(Debug)]
 struct State<E> {
     turn: Turn<E>,
+    /// The generation of the gate `turn` is of.
+    generation: u64,
     /// Calls in progress.
     active: usize,
     /// When the last call ended.
@@ -42,31 +47,38 @@ pub(crate) struct Membership<E> {
     session: Arc<SessionTurn<E>>,
 }
 
-impl<E: Executor> SessionTurn<E> {
-    pub(crate) fn new(gate: Gate<E>) -> Arc<Self> {
+impl<E: Executor + Clone> SessionTurn<E> {
+    pub(crate) fn new(live: Arc<LiveGate<E>>) -> Arc<Self> {
+        let (gate, generation) = live.gate();
+        // `[defaults]`'s TTL, which a reload does not change.
         let idle_after = gate.defaults().turn_cache_ttl;
         let turn = gate.turn();
         Arc::new(SessionTurn {
-            gate,
+            live,
             idle_after,
             state: Mutex::new(State {
                 turn,
+                generation,
                 active: 0,
                 idle_since: Instant::now(),
             }),
         })
     }
 
-    /// The gate the session spends.
-    pub(crate) fn gate(&self) -> &Gate<E> {
-        &self.gate
+    /// The gate in force, which the session's new calls spend.
+    pub(crate) fn gate(&self) -> Gate<E> {
+        self.live.gate().0
     }
 
-    /// Joins the current turn, or starts a new one after an idle gap.
+    /// Joins the current turn, or starts a new one after an idle gap or
+    /// on the gate a reload put in force.
     pub(crate) fn enter(self: &Arc<Self>) -> Membership<E> {
+        let (gate, generation) = self.live.gate();
         let mut state = self.state.lock();
-        if state.active == 0 && state.idle_since.elapsed() >= self.idle_after {
-            state.turn = self.gate.turn();
+        let idle = state.active == 0 && state.idle_since.elapsed() >= self.idle_after;
+        if idle || state.generation != generation {
+            state.turn = gate.turn();
+            state.generation = generation;
         }
         state.active += 1;
         Membership {
@@ -101,8 +113,11 @@ mod tests {
             .tool("t", ToolConfig::read("c"));
         let executor =
             executor_fn(|_| async { Ok(http::Response::new(Bytes::from_static(b"{}"))) });
-        let gate = Gate::builder(config, executor).seed(1).build().unwrap();
-        let session = SessionTurn::new(gate);
+        let gate = Gate::builder(config.clone(), executor)
+            .seed(1)
+            .build()
+            .unwrap();
+        let session = SessionTurn::new(LiveGate::new(gate, config));
         let read = || Call::new("t", json!({"q": 1}));
 
         let first = session.enter();

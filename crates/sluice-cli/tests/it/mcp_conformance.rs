@@ -32,4 +32,8 @@ fn the_conformance_suite_loses_nothing_through_sluice() {
     eprintln!("{stdout}");
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("dns-rebinding-protection"), "{stdout}");
+    assert!(
+        stdout.contains("32 of 32 scenarios pass directly"),
+        "{stdout}"
+    );
 }

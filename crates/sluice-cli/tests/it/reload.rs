@@ -269,7 +269,7 @@ fn sighup_never_ends_sluice_mcp() {
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(log_file)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "info")
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -290,6 +290,6 @@ fn sighup_never_ends_sluice_mcp() {
     let _ = child.wait();
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(alive, "SIGHUP ended sluice mcp: {log}");
-    assert!(log.contains("applies limits only at start"), "{log}");
+    assert!(log.contains("limits are in force"), "{log}");
     assert!(log.contains("credentials.api.rate"), "{log}");
 }

@@ -2,13 +2,17 @@
 //! server (`--upstream URL`, [`upstream`]) and clients connecting to
 //! `http://ADDR/mcp` (`--listen ADDR`, [`listen`]).
 
+mod activity;
 mod client;
 mod guard;
+mod hub;
 pub(crate) mod listen;
 mod overload;
+mod post;
 mod routes;
 mod sessions;
 pub(crate) mod sse;
+mod stream;
 pub(crate) mod upstream;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -18,7 +22,8 @@ use crate::limits;
 use crate::outbox::Outbox;
 use crate::proxy::{Proxy, Session};
 
-pub use listen::{MCP_PATH, Server, serve_http};
+pub use hub::Server;
+pub use listen::{MCP_PATH, serve_http};
 pub use upstream::Remote;
 
 /// Proxies a stdio client (`agent_in`, `agent_out`: this process's standard
@@ -74,22 +79,14 @@ where
 }
 
 /// `sluice mcp --upstream URL`: this process's standard input and output
-/// proxied to the remote server ([`run_remote`]), with the secrets of
+/// proxied to the remote server ([`run_remote`]). `sluice mcp` passes
+/// `Proxy::new(config).scrub_env_secrets()`, so that the secrets of
 /// [`sluice_config::McpConfig::scrubbed_secrets`] set in this process's
-/// environment masked in what is written to standard output.
-pub async fn run_upstream(
-    config: sluice_config::McpConfig,
-    remote: Remote,
-) -> Result<(), McpError> {
+/// environment are masked in what is written to standard output.
+pub async fn run_upstream(proxy: Proxy, remote: Remote) -> Result<(), McpError> {
     let stdin = crate::stdin::ThreadStdin::spawn().map_err(|source| McpError::Io {
         context: "cannot read standard input",
         source,
     })?;
-    run_remote(
-        Proxy::new(config).scrub_env_secrets(),
-        remote,
-        stdin,
-        tokio::io::stdout(),
-    )
-    .await
+    run_remote(proxy, remote, stdin, tokio::io::stdout()).await
 }
