@@ -6,7 +6,7 @@
 //! and service resumes when descriptors free up.
 //!
 //! The figures these print are the ones in docs/RELIABILITY.md:
-//! `cargo test -p sluice-cli --test flood -- --nocapture`.
+//! `cargo test -p sluice-cli --test it flood:: -- --nocapture`.
 
 use crate::support::sluice;
 use std::io::{BufRead, BufReader, Read, Write};

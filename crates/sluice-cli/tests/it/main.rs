@@ -17,6 +17,7 @@ mod flood;
 mod inspect;
 mod mcp;
 mod mcp_conformance;
+mod mcp_reload;
 mod mcp_scrub;
 mod python_package;
 mod reload;

@@ -7,7 +7,6 @@
 //! sluice's deferral, and the window (a minute) outlasts the test, so the
 //! count of answers is what the limit in force allowed.
 #![cfg(unix)]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
