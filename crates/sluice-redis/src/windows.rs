@@ -26,9 +26,11 @@ use tokio::time::Instant;
 
 use crate::Error;
 use crate::breaker::Permit;
+use crate::clock::ServerClock;
 use crate::decision::denied;
+use crate::instant::{after, since};
 use crate::keys::CredentialKeys;
-use crate::lease::{LEAD, Pool, Pooled, share_cap};
+use crate::lease::{LATE_FLOOR, LEAD, Pool, Pooled, share_cap};
 use crate::runner::Runner;
 use crate::spend::{
     Bucket, Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, further_member,
@@ -103,6 +105,9 @@ pub(crate) enum Asked {
     Leased(Decision),
     /// Redis cannot be asked: decide locally, for this reason.
     Fallback(String),
+    /// Redis granted a start whose time had passed when its answer came;
+    /// it went back: ask again.
+    Again,
 }
 
 /// The Redis budget name of a window: its scope, or `scope:unit` for a
@@ -314,7 +319,7 @@ impl Spends {
         request: &ReserveRequest<'_>,
         (not_before, max_wait): (Duration, Duration),
         leasing: Option<Leasing>,
-        beat: &str,
+        (beat, clock): (&str, &ServerClock),
     ) -> Asked {
         let budgets = budgets(request.windows);
         let now = Instant::now();
@@ -353,8 +358,9 @@ impl Spends {
         // A spend that timed out is settled by its id (`crate::unknown`)
         // and, settled, asked again once under a new one.
         let mut tries = 0;
-        let (member, result) = loop {
+        let (member, result, sent) = loop {
             tries += 1;
+            let sent = Instant::now();
             let member = format!(
                 "{}.{}",
                 self.process,
@@ -377,7 +383,7 @@ impl Spends {
                     continue;
                 }
             }
-            break (member, result);
+            break (member, result, sent);
         };
         let received = Instant::now();
         if result.is_ok() {
@@ -400,6 +406,11 @@ impl Spends {
                 buckets,
                 further,
             }) => {
+                // The waits count from the script's now, placed on this
+                // process's clock (`crate::clock`), not from the answer's
+                // arrival, later by its return trip.
+                let base = clock.place(sent, start.saturating_sub(wait), received);
+                let first = after(base, Duration::from_micros(wait));
                 let mut pooled = Vec::with_capacity(further.len());
                 for (k, at) in further.into_iter().enumerate() {
                     let member = further_member(&member, k);
@@ -410,7 +421,7 @@ impl Spends {
                     self.remember(&member, request.credential, budgets.clone(), granted);
                     let ahead = wait.saturating_add(at.saturating_sub(start));
                     pooled.push(Pooled {
-                        at: received + Duration::from_micros(ahead),
+                        at: after(base, Duration::from_micros(ahead)),
                         token: member,
                     });
                 }
@@ -419,8 +430,15 @@ impl Spends {
                 }
                 let granted = Granted { start, buckets };
                 self.remember(&member, request.credential, budgets, granted);
+                // The answer came too late for its start: a start now
+                // would lie past the time every log charged by more than
+                // the window margin absorbs. It goes back; ask again.
+                if first + request.late_start.max(LATE_FLOOR) < received {
+                    self.refund(runner, &member);
+                    return Asked::Again;
+                }
                 let decision = Decision::Granted {
-                    wait: Duration::from_micros(wait),
+                    wait: since(first, Instant::now()),
                     grant: Grant {
                         token: format!("{PREFIX}{member}"),
                     },

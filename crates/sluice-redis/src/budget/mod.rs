@@ -196,9 +196,14 @@ impl RedisBudget {
                 }
             }
             if !request.windows.is_empty() {
-                return self
+                match self
                     .decide_windows(&cred, &request, &parts, not_before, latest)
-                    .await;
+                    .await
+                {
+                    Some(decision) => return decision,
+                    // Its start went back: it came too late.
+                    None => continue,
+                }
             }
             self.confirm_spell(&cred).await;
             // Back from a fallback spell: Redis may not hold its local
@@ -290,7 +295,15 @@ impl RedisBudget {
                 }
             }
             let slot = Slot::new(token, obtained, &key, &self.inner.jobs, &cred);
-            match hold_by_priority(&cred, &parts, request.priority, (at, slot), latest).await {
+            match hold_by_priority(
+                &cred,
+                &parts,
+                (request.priority, request.late_start),
+                (at, slot),
+                latest,
+            )
+            .await
+            {
                 Held::Ready(token) => {
                     return Decision::Granted {
                         wait: Duration::ZERO,
@@ -323,6 +336,7 @@ impl RedisBudget {
 impl RedisBudget {
     /// A call on several windows, groups or units: one spend in Redis,
     /// or the fallback's cells at this process's share of every window.
+    /// `None`: Redis's start came back too late and went back; ask again.
     async fn decide_windows(
         &self,
         cred: &Arc<Cred>,
@@ -330,7 +344,7 @@ impl RedisBudget {
         parts: &[String],
         not_before: Instant,
         latest: Instant,
-    ) -> Decision {
+    ) -> Option<Decision> {
         let configured = self.inner.config.fallback_share;
         self.confirm_spell(cred).await;
         let now = Instant::now();
@@ -356,7 +370,7 @@ impl RedisBudget {
             Some(Err(late)) => {
                 cred.state.lock().decisions.denied += 1;
                 let index = fallback::scope_index(request, late.window);
-                return denied(request, index, since(late.at, now), Hold::Rate);
+                return Some(denied(request, index, since(late.at, now), Hold::Rate));
             }
             Some(Ok((start, held))) => {
                 not_before = not_before.max(start);
@@ -389,7 +403,7 @@ impl RedisBudget {
                 request,
                 (since(not_before, now), since(latest, now)),
                 leasing,
-                &beat,
+                (&beat, &cred.clock),
             )
             .await;
         // Redis answered: the start it gave (if any) is counted below in
@@ -401,6 +415,7 @@ impl RedisBudget {
                 (decision, false)
             }
             Asked::Leased(decision) => (decision, true),
+            Asked::Again => return None,
             Asked::Fallback(reason) => {
                 let (decision, started) = fallback::decide_windows(
                     cred, configured, request, parts, not_before, latest, reason,
@@ -416,7 +431,7 @@ impl RedisBudget {
                         at,
                     );
                 }
-                return decision;
+                return Some(decision);
             }
         };
         {
@@ -440,7 +455,7 @@ impl RedisBudget {
                 Decision::Denied { .. } => state.decisions.denied += 1,
             }
         }
-        decision
+        Some(decision)
     }
 }
 

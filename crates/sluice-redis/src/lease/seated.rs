@@ -6,6 +6,7 @@
 //! time the shared log charged it at.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice::Priority;
 use sluice::seats::{Seated, Seats, Stood};
@@ -77,11 +78,12 @@ pub(crate) enum Held {
 /// Holds `slot`, for `at`, until its time: first taking the earliest slot
 /// of the callers it outranks, then seated at `priority`, so that callers
 /// of higher priority take it first. A start past `latest` (its own, or
-/// one it was moved to) is given back.
+/// one it was moved to) is given back, and so is a slot whose caller woke
+/// more than `late` after its time ([`hold_until`]).
 pub(crate) async fn hold_by_priority(
     cred: &Cred,
     parts: &[String],
-    priority: Priority,
+    (priority, late): (Priority, Duration),
     (at, slot): (Instant, Slot),
     latest: Instant,
 ) -> Held {
@@ -97,7 +99,7 @@ pub(crate) async fn hold_by_priority(
     }
     if priority == Priority::High {
         // Nobody outranks it: no seat.
-        return if hold_until(cred, parts, at, slot.obtained).await {
+        return if hold_until(cred, parts, (at, late), slot.obtained).await {
             Held::Ready(slot.token)
         } else {
             slot.give_back();
@@ -114,7 +116,7 @@ pub(crate) async fn hold_by_priority(
             return Held::Moved(at);
         }
         let kept = tokio::select! {
-            kept = hold_until(cred, parts, at, obtained) => kept,
+            kept = hold_until(cred, parts, (at, late), obtained) => kept,
             () = sitting.changed() => continue,
         };
         if !kept {

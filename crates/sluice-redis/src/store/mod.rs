@@ -106,6 +106,9 @@ pub struct View {
     pub blocks: Vec<(String, Micros)>,
     /// Spent quotas (key part) and how long from now.
     pub quotas: Vec<(String, Micros)>,
+    /// The script's now (µs on its clock), when it said: every wait above
+    /// and in the answer counts from it.
+    pub now: Option<Micros>,
 }
 
 /// How to give one slot back.
