@@ -55,7 +55,7 @@ pub(crate) struct Spends {
     /// The heartbeat window, µs: the spends beat the same set as leases.
     heartbeat: u64,
     next: AtomicU64,
-    held: Mutex<HashMap<String, Held>>,
+    held: Mutex<HashMap<String, MemberCharge>>,
     /// Denials Redis gave moments ago: nothing spending at least `cost` in
     /// the budget starts before `until`. A call that cannot wait that long
     /// is told so without a round trip (as leases do for one window).
@@ -89,7 +89,8 @@ struct Busy {
     until: Instant,
 }
 
-struct Held {
+/// What one member (a granted spend) charged, for its refund or settle.
+struct MemberCharge {
     credential: String,
     budgets: Vec<Budget>,
     /// The start and what the spend did to its GCRA budgets.
@@ -512,7 +513,7 @@ impl Spends {
         held.retain(|_, h| now.saturating_duration_since(h.at) < MEMBER_MEMORY);
         held.insert(
             member.to_owned(),
-            Held {
+            MemberCharge {
                 credential: credential.to_owned(),
                 budgets,
                 granted,
