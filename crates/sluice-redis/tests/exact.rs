@@ -307,6 +307,15 @@ where
          busiest seconds {busiest:?} (the engine's own starts: {engine:?}); {fallback} fallback decisions; errors {errors:?}"
     );
     assert_eq!(by_tool.len(), credentials, "{by_tool:?}");
+    // The engine's own starts hold the limit itself; the upstream's
+    // arrivals may hold one more (the transit the margin's other half
+    // absorbs, on a loaded machine).
+    for (tool, most) in &engine {
+        assert!(
+            *most <= n,
+            "{tool}: the engine started {most} in one second, limit {n}"
+        );
+    }
     for (tool, most) in &busiest {
         assert!(
             *most <= n + 1,
