@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use sluice::shared::{Decision, Grant, Hold, ReserveRequest, SharedWindow};
+use sluice::shared::{Decision, Grant, Hold, ReserveRequest};
 use tokio::time::Instant;
 
 use crate::Error;
@@ -33,9 +33,10 @@ use crate::keys::CredentialKeys;
 use crate::lease::{LATE_FLOOR, LEAD, Pool, Pooled, share_cap};
 use crate::runner::Runner;
 use crate::spend::{
-    Bucket, Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, further_member,
+    Bucket, Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, budgets,
+    further_member, is_unit, void,
 };
-use crate::store::{Clock, Void};
+use crate::store::Clock;
 use crate::unknown;
 use crate::worker::Jobs;
 
@@ -106,46 +107,8 @@ pub(crate) enum Asked {
     Leased(Decision),
     /// Redis cannot be asked: decide locally, for this reason.
     Fallback(String),
-    /// Redis granted a start whose time had passed when its answer came;
-    /// it went back: ask again.
+    /// Redis's start had passed when its answer came; it went back: ask again.
     Again,
-}
-
-/// The Redis budget name of a window: its scope, or `scope:unit` for a
-/// unit, with `~low` for the low-priority share of either (a TOML bare key
-/// has neither `:` nor `~`, so none of them meet).
-fn budget_name(window: &SharedWindow) -> String {
-    let name = match &window.unit {
-        None => window.scope.clone(),
-        Some(unit) => format!("{}:{unit}", window.scope),
-    };
-    if window.low {
-        format!("{name}~low")
-    } else {
-        name
-    }
-}
-
-/// Whether the budget `name` is a window of `unit` (or of its low share).
-pub(crate) fn is_unit(name: &str, unit: &str) -> bool {
-    let name = name.strip_suffix("~low").unwrap_or(name);
-    name.strip_suffix(unit)
-        .is_some_and(|scope| scope.ends_with(':'))
-}
-
-/// The spend script's budgets for `windows`, at the call's costs.
-pub(crate) fn budgets(windows: &[SharedWindow]) -> Vec<Budget> {
-    windows
-        .iter()
-        .map(|window| Budget {
-            name: budget_name(window),
-            index: window.index,
-            limit: u64::from(window.rate.count().get()),
-            window: u64::try_from(window.rate.window().as_micros()).unwrap_or(u64::MAX),
-            cost: window.cost,
-            burst: window.burst.map(|burst| u64::from(burst.get())),
-        })
-        .collect()
 }
 
 fn micros(duration: Duration) -> u64 {
@@ -408,8 +371,7 @@ impl Spends {
                 further,
             }) => {
                 // The waits count from the script's now, placed on this
-                // process's clock (`crate::clock`), not from the answer's
-                // arrival, later by its return trip.
+                // process's clock (`crate::clock`), not from the arrival.
                 let base = clock.place(sent, start.saturating_sub(wait), received);
                 let first = after(base, Duration::from_micros(wait));
                 let mut pooled = Vec::with_capacity(further.len());
@@ -431,9 +393,8 @@ impl Spends {
                 }
                 let granted = Granted { start, buckets };
                 self.remember(&member, request.credential, budgets, granted);
-                // The answer came too late for its start: a start now
-                // would lie past the time every log charged by more than
-                // the window margin absorbs. It goes back; ask again.
+                // Too late for its start (past the time every log charged
+                // by more than the margin absorbs): it goes back; ask again.
                 if first + request.late_start.max(LATE_FLOOR) < received {
                     self.refund(runner, &member);
                     return Asked::Again;
@@ -630,52 +591,10 @@ impl Spends {
     }
 }
 
-/// What spend `member` (with `slots` starts) may have logged: its entry
-/// `{member}|{cost}`, and each further start's, in every window (a
-/// bucket's arrival time cannot be told apart: it is left).
-fn void(
-    credential: &str,
-    budgets: &[Budget],
-    member: &str,
-    slots: u32,
-    keys: &CredentialKeys,
-) -> Void {
-    let windows = budgets.iter().filter(|budget| budget.burst.is_none());
-    let logs: Vec<String> = windows.clone().map(|budget| budget.key(keys)).collect();
-    let mut costs: Vec<u64> = windows.map(|budget| budget.cost).collect();
-    costs.sort_unstable();
-    costs.dedup();
-    let names = std::iter::once(member.to_owned())
-        .chain((0..slots.saturating_sub(1) as usize).map(|k| further_member(member, k)));
-    let members = names
-        .flat_map(|name| costs.iter().map(move |cost| format!("{name}|{cost}")))
-        .collect();
-    Void {
-        credential: credential.to_owned(),
-        id: member.to_owned(),
-        logs,
-        members,
-    }
-}
-
 /// Runs `task` on the current runtime; outside one (a budget dropped
 /// after its runtime) there is nothing left to tell.
 fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(task);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_unit_budget_is_named_after_its_scope_and_unit() {
-        assert!(is_unit("api_key:tokens", "tokens"));
-        assert!(is_unit("search:tokens~low", "tokens"));
-        assert!(!is_unit("api_key", "api_key"));
-        assert!(!is_unit("api_key:xtokens", "tokens"));
-        assert!(!is_unit("api_key:tokens", "images"));
     }
 }

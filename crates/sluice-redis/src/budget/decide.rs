@@ -12,7 +12,8 @@ use crate::fallback;
 use crate::instant::{after, since};
 use crate::keys::part;
 use crate::lease::{Held, Obtained, PoolKey, Slot, hold_by_priority};
-use crate::windows::{self, Asked, Leasing};
+use crate::spend;
+use crate::windows::{Asked, Leasing};
 
 use super::handle::RedisBudget;
 use super::recovery::{Holding, RecoveryHold, counted};
@@ -287,7 +288,7 @@ impl RedisBudget {
                 // As for one limit: the worker adds the local spend to
                 // every budget in Redis, so that the other processes count it.
                 if let Some((at, spend)) = started {
-                    let budgets = windows::budgets(request.windows);
+                    let budgets = spend::budgets(request.windows);
                     self.inner.jobs.record_spend(
                         (request.credential, &cred.unwritten),
                         budgets,

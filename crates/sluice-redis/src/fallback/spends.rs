@@ -64,9 +64,8 @@ struct Recent {
     spends: VecDeque<(Instant, u64)>,
 }
 
-/// A spend granted locally: what it charged in each window's cell, and when.
+/// A spend granted locally: per window its cell key, unit and charge; and when.
 struct LocalGrant {
-    /// Per window: its cell key, its unit, what was charged.
     charged: Vec<(String, Option<String>, Reservation)>,
     at: Instant,
 }

@@ -18,3 +18,4 @@ pub use scripts::SpendScripts;
 pub use types::{
     Bucket, Budget, Granted, Heartbeat, Lease, Micros, Seen, Spent, Window, further_member,
 };
+pub(crate) use types::{budgets, is_unit, void};

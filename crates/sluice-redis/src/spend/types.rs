@@ -3,7 +3,10 @@
 
 use redis::ScriptInvocation;
 
+use sluice::shared::SharedWindow;
+
 use crate::keys::{CredentialKeys, part};
+use crate::store::Void;
 
 /// Integer microseconds.
 pub type Micros = u64;
@@ -193,6 +196,71 @@ pub struct Granted {
     pub buckets: Vec<Bucket>,
 }
 
+/// The Redis budget name of a window: its scope, or `scope:unit` for a
+/// unit, with `~low` for the low-priority share of either (a TOML bare key
+/// has neither `:` nor `~`, so none of them meet).
+fn budget_name(window: &SharedWindow) -> String {
+    let name = match &window.unit {
+        None => window.scope.clone(),
+        Some(unit) => format!("{}:{unit}", window.scope),
+    };
+    if window.low {
+        format!("{name}~low")
+    } else {
+        name
+    }
+}
+
+/// Whether the budget `name` is a window of `unit` (or of its low share).
+pub(crate) fn is_unit(name: &str, unit: &str) -> bool {
+    let name = name.strip_suffix("~low").unwrap_or(name);
+    name.strip_suffix(unit)
+        .is_some_and(|scope| scope.ends_with(':'))
+}
+
+/// The spend script's budgets for `windows`, at the call's costs.
+pub(crate) fn budgets(windows: &[SharedWindow]) -> Vec<Budget> {
+    windows
+        .iter()
+        .map(|window| Budget {
+            name: budget_name(window),
+            index: window.index,
+            limit: u64::from(window.rate.count().get()),
+            window: u64::try_from(window.rate.window().as_micros()).unwrap_or(u64::MAX),
+            cost: window.cost,
+            burst: window.burst.map(|burst| u64::from(burst.get())),
+        })
+        .collect()
+}
+
+/// What spend `member` (with `slots` starts) may have logged: its entry
+/// `{member}|{cost}`, and each further start's, in every window (a
+/// bucket's arrival time cannot be told apart: it is left).
+pub(crate) fn void(
+    credential: &str,
+    budgets: &[Budget],
+    member: &str,
+    slots: u32,
+    keys: &CredentialKeys,
+) -> Void {
+    let windows = budgets.iter().filter(|budget| budget.burst.is_none());
+    let logs: Vec<String> = windows.clone().map(|budget| budget.key(keys)).collect();
+    let mut costs: Vec<u64> = windows.map(|budget| budget.cost).collect();
+    costs.sort_unstable();
+    costs.dedup();
+    let names = std::iter::once(member.to_owned())
+        .chain((0..slots.saturating_sub(1) as usize).map(|k| further_member(member, k)));
+    let members = names
+        .flat_map(|name| costs.iter().map(move |cost| format!("{name}|{cost}")))
+        .collect();
+    Void {
+        credential: credential.to_owned(),
+        id: member.to_owned(),
+        logs,
+        members,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +270,14 @@ mod tests {
         let keys = CredentialKeys::new("sluice", "openai");
         let budget = Budget::unit("to:kens", 1, 150_000, 60_000_000, 800);
         assert_eq!(budget.key(&keys), "sluice:{openai}:b:to%3Akens:1");
+    }
+
+    #[test]
+    fn a_unit_budget_is_named_after_its_scope_and_unit() {
+        assert!(is_unit("api_key:tokens", "tokens"));
+        assert!(is_unit("search:tokens~low", "tokens"));
+        assert!(!is_unit("api_key", "api_key"));
+        assert!(!is_unit("api_key:xtokens", "tokens"));
+        assert!(!is_unit("api_key:tokens", "images"));
     }
 }
