@@ -183,7 +183,8 @@ impl RedisBudget {
                     cred.state.lock().decisions.denied += 1;
                     return denied(&request, 0, since(at, Instant::now()), Hold::Rate);
                 }
-                // A block arrived while the slot waited: it went back; look again.
+                // A block arrived while the slot waited, or the caller woke
+                // too late for it: it went back; look again.
                 Held::Voided => {}
             }
         }

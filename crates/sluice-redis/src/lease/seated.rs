@@ -65,7 +65,8 @@ impl Seated for Slot {
 pub(crate) enum Held {
     /// Its time came with no hold voiding it: start now.
     Ready(SlotToken),
-    /// A hold voided it before its time; it went back.
+    /// A hold voided it before its time, or its caller woke too late after
+    /// it ([`hold_until`]); it went back.
     Voided,
     /// A caller of higher priority moved it to this start, past `latest`;
     /// it went back.

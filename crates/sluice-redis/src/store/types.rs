@@ -197,7 +197,7 @@ pub enum Reserved {
 }
 
 /// A reservation whose answer never came, to settle by its id with
-/// [`Store::void`]: its void mark, and every log entry it may have made.
+/// [`Store::void`](super::Store::void): its void mark, and every log entry it may have made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Void {
     /// The credential.
