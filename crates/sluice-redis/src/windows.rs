@@ -334,7 +334,8 @@ impl Spends {
                 .send(
                     runner,
                     (&budgets, &member, &keys),
-                    (not_before, max_wait),
+                    // No start before the answer can be back (`ServerClock::lead`).
+                    (not_before.max(clock.lead().min(max_wait)), max_wait),
                     lease,
                     beat,
                 )
@@ -370,8 +371,7 @@ impl Spends {
                 buckets,
                 further,
             }) => {
-                // The waits count from the script's now, placed on this
-                // process's clock (`crate::clock`), not from the arrival.
+                // Waits count from the script's now, on our clock (`crate::clock`).
                 let base = clock.place(sent, start.saturating_sub(wait), received);
                 let first = after(base, Duration::from_micros(wait));
                 let mut pooled = Vec::with_capacity(further.len());
