@@ -66,9 +66,6 @@ impl Sample {
 #[derive(Debug, Default)]
 pub(crate) struct ServerClock {
     best: Mutex<Option<Sample>>,
-    /// How long answers take to come back after their script ran (an
-    /// average, µs): see [`ServerClock::lead`].
-    back: Mutex<Option<f64>>,
 }
 
 impl ServerClock {
@@ -91,22 +88,7 @@ impl ServerClock {
         };
         // The script ran between sending and receiving, whatever the
         // offset says (a clock stepped since it was learned).
-        let placed = placed.clamp(sent, received);
-        let back = since(received, placed).as_secs_f64() * 1e6;
-        let mut average = self.back.lock();
-        *average = Some(average.map_or(back, |average| average + (back - average) / 8.0));
-        placed
-    }
-
-    /// How far after its script runs an answer comes back, lately (an
-    /// average): a reservation asks for no start sooner than this, so that
-    /// its first slot is not already past when the answer arrives (it
-    /// would go back, and the call ask again, on every answer slower than
-    /// the request's `late_start`).
-    pub(crate) fn lead(&self) -> Duration {
-        self.back
-            .lock()
-            .map_or(Duration::ZERO, |back| Duration::from_micros(back as u64))
+        placed.clamp(sent, received)
     }
 }
 
@@ -128,19 +110,6 @@ mod tests {
         let sent = t0 + 9 * MS;
         let placed = clock.place(sent, 1_009_500, sent + 301 * MS);
         assert_eq!(placed, t0 + 10 * MS);
-    }
-
-    #[test]
-    fn the_lead_follows_how_long_answers_take_to_come_back() {
-        let clock = ServerClock::default();
-        let t0 = Instant::now();
-        assert_eq!(clock.lead(), Duration::ZERO);
-        clock.place(t0, 1_000_000, t0 + 2 * MS);
-        assert_eq!(clock.lead(), MS);
-        // The script ran 1 ms after sending; its answer took 81 ms back.
-        let sent = t0 + 10 * MS;
-        clock.place(sent, 1_010_000, sent + 82 * MS);
-        assert_eq!(clock.lead(), MS + 10 * MS);
     }
 
     #[test]

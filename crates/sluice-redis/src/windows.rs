@@ -334,8 +334,7 @@ impl Spends {
                 .send(
                     runner,
                     (&budgets, &member, &keys),
-                    // No start before the answer can be back (`ServerClock::lead`).
-                    (not_before.max(clock.lead().min(max_wait)), max_wait),
+                    (not_before, max_wait),
                     lease,
                     beat,
                 )
@@ -371,7 +370,8 @@ impl Spends {
                 buckets,
                 further,
             }) => {
-                // Waits count from the script's now, on our clock (`crate::clock`).
+                // The waits count from the script's now, placed on this
+                // process's clock (`crate::clock`), not from the arrival.
                 let base = clock.place(sent, start.saturating_sub(wait), received);
                 let first = after(base, Duration::from_micros(wait));
                 let mut pooled = Vec::with_capacity(further.len());

@@ -291,11 +291,7 @@ impl Leases {
             credential: request.credential,
             scopes: &scopes,
             limit: request.limit,
-            // No start before the answer can be back: one sooner would
-            // be late on arrival.
-            not_before: micros(
-                since(not_before, sent).max(cred.clock.lead().min(since(latest, sent))),
-            ),
+            not_before: micros(since(not_before, sent)),
             max_wait,
             slots: want,
             horizon: max_wait.max(micros(lease_horizon(request.limit, want))),
