@@ -1,6 +1,7 @@
 //! Exact at any scale (issue 49): with both cores busy (a `yes` load
-//! beside the test), no rolling second of the upstream's own records holds
-//! more than the limit plus one, and every call is answered once: 16
+//! beside the test), no rolling second holds more than the limit of the
+//! engine's own starts, nor more than the limit plus one of the upstream's
+//! own records (plus two on the Cluster), and every call is answered once: 16
 //! processes on one key, Redis stopped (SIGSTOP) 200 ms at a time mid-run,
 //! and a three-master Cluster with 12 credentials across its slots.
 //!
@@ -194,7 +195,7 @@ impl Upstream {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
+                .worker_threads(2)
                 .enable_all()
                 .build()
                 .unwrap();
@@ -245,12 +246,13 @@ fn starts_by_tool(api: &sluice_fake::FakeApi) -> BTreeMap<String, Vec<f64>> {
 /// Runs `processes` budgets (made by `config`) on `credentials`
 /// credentials of `n`/1s each for `seconds`, both cores busy, while
 /// `meanwhile` runs; asserts every credential's busiest second holds at
-/// most `n + 1` starts and the upstream saw exactly the calls answered
-/// `ok`. Returns the busiest seconds by tool.
+/// most `n` of the engine's starts and `n + slack` of the upstream's
+/// arrivals, and the upstream saw exactly the calls answered `ok`.
+/// Returns the busiest seconds by tool.
 async fn run_exact<F>(
     config: impl Fn() -> RedisConfig,
     (processes, credentials, n, per_turn): (usize, usize, usize, usize),
-    (seconds, margin): (u64, Duration),
+    (seconds, margin, slack): (u64, Duration, usize),
     meanwhile: F,
 ) -> BTreeMap<String, usize>
 where
@@ -308,7 +310,7 @@ where
     );
     assert_eq!(by_tool.len(), credentials, "{by_tool:?}");
     // The engine's own starts hold the limit itself; the upstream's
-    // arrivals may hold one more (the transit the margin's other half
+    // arrivals may hold `slack` more (the transit the margin's other half
     // absorbs, on a loaded machine).
     for (tool, most) in &engine {
         assert!(
@@ -318,7 +320,7 @@ where
     }
     for (tool, most) in &busiest {
         assert!(
-            *most <= n + 1,
+            *most <= n + slack,
             "{tool}: {most} starts in one second, limit {n}"
         );
     }
@@ -335,7 +337,7 @@ async fn sixteen_processes(seconds: u64) {
     run_exact(
         || RedisConfig::single(url.clone()),
         (16, 1, 20, 8),
-        (seconds, MARGIN),
+        (seconds, MARGIN, 1),
         async {},
     )
     .await;
@@ -348,7 +350,7 @@ async fn thirty_two_processes(seconds: u64) {
     run_exact(
         || RedisConfig::single(url.clone()),
         (32, 1, 20, 4),
-        (seconds, MARGIN),
+        (seconds, MARGIN, 1),
         async {},
     )
     .await;
@@ -380,7 +382,7 @@ async fn redis_stopped(seconds: u64) {
     run_exact(
         || RedisConfig::single(url.clone()),
         (4, 1, 20, 8),
-        (seconds, MARGIN),
+        (seconds, MARGIN, 1),
         stops,
     )
     .await;
@@ -398,7 +400,10 @@ async fn cluster(seconds: u64) {
     run_exact(
         || RedisConfig::cluster(urls.clone()),
         (4, 12, 5, 4),
-        (seconds, MARGIN),
+        // A second's starts on 12 credentials reach the upstream at once:
+        // with the engine's own at 5 everywhere, its arrivals showed 6 and
+        // 7 of 5 in a second in 2 of 9 runs (docs/shared-limiter.md).
+        (seconds, MARGIN, 2),
         async {},
     )
     .await;
