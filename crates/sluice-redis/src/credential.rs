@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::beat::Beat;
+use crate::clock::ServerClock;
 use crate::fallback::Fallback;
 use crate::holds::{Holds, Kind};
 use crate::keys::part;
@@ -57,6 +58,8 @@ pub(crate) struct Cred {
     /// A fallback spell began and may still bind: calls look at it (under
     /// the lock) only while this is set.
     pub(crate) spell: AtomicBool,
+    /// The server's clock (of the node holding this credential's keys) on ours.
+    pub(crate) clock: ServerClock,
     /// Local starts the worker has not written to Redis's log yet: a spell
     /// does not end before they are there.
     pub(crate) unwritten: Unwritten,
@@ -110,6 +113,7 @@ impl Cred {
             }),
             reserved: Notify::new(),
             held: Notify::new(),
+            clock: ServerClock::default(),
             waiting: Waiting::default(),
             spell: AtomicBool::new(false),
             unwritten: Unwritten::default(),

@@ -147,6 +147,7 @@ mod tests {
             processes: 2,
             blocks: vec![],
             quotas: vec![("api_key".into(), 5_000_000)],
+            now: None,
         };
         assert!(holds.absorb(&view, t0));
         assert_eq!(

@@ -60,6 +60,7 @@
 mod beat;
 mod breaker;
 mod budget;
+mod clock;
 mod config;
 mod connection;
 mod credential;

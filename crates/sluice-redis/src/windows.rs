@@ -21,19 +21,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use sluice::shared::{Decision, Grant, Hold, ReserveRequest, SharedWindow};
+use sluice::shared::{Decision, Grant, Hold, ReserveRequest};
 use tokio::time::Instant;
 
 use crate::Error;
 use crate::breaker::Permit;
+use crate::clock::ServerClock;
 use crate::decision::denied;
+use crate::instant::{after, since};
 use crate::keys::CredentialKeys;
-use crate::lease::{LEAD, Pool, Pooled, share_cap};
+use crate::lease::{LATE_FLOOR, LEAD, Pool, Pooled, share_cap};
 use crate::runner::Runner;
 use crate::spend::{
-    Bucket, Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, further_member,
+    Bucket, Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, budgets,
+    further_member, is_unit, void,
 };
-use crate::store::{Clock, Void};
+use crate::store::Clock;
 use crate::unknown;
 use crate::worker::Jobs;
 
@@ -53,7 +56,7 @@ pub(crate) struct Spends {
     /// The heartbeat window, µs: the spends beat the same set as leases.
     heartbeat: u64,
     next: AtomicU64,
-    held: Mutex<HashMap<String, Held>>,
+    held: Mutex<HashMap<String, MemberCharge>>,
     /// Denials Redis gave moments ago: nothing spending at least `cost` in
     /// the budget starts before `until`. A call that cannot wait that long
     /// is told so without a round trip (as leases do for one window).
@@ -87,7 +90,8 @@ struct Busy {
     until: Instant,
 }
 
-struct Held {
+/// What one member (a granted spend) charged, for its refund or settle.
+struct MemberCharge {
     credential: String,
     budgets: Vec<Budget>,
     /// The start and what the spend did to its GCRA budgets.
@@ -103,43 +107,8 @@ pub(crate) enum Asked {
     Leased(Decision),
     /// Redis cannot be asked: decide locally, for this reason.
     Fallback(String),
-}
-
-/// The Redis budget name of a window: its scope, or `scope:unit` for a
-/// unit, with `~low` for the low-priority share of either (a TOML bare key
-/// has neither `:` nor `~`, so none of them meet).
-fn budget_name(window: &SharedWindow) -> String {
-    let name = match &window.unit {
-        None => window.scope.clone(),
-        Some(unit) => format!("{}:{unit}", window.scope),
-    };
-    if window.low {
-        format!("{name}~low")
-    } else {
-        name
-    }
-}
-
-/// Whether the budget `name` is a window of `unit` (or of its low share).
-pub(crate) fn is_unit(name: &str, unit: &str) -> bool {
-    let name = name.strip_suffix("~low").unwrap_or(name);
-    name.strip_suffix(unit)
-        .is_some_and(|scope| scope.ends_with(':'))
-}
-
-/// The spend script's budgets for `windows`, at the call's costs.
-pub(crate) fn budgets(windows: &[SharedWindow]) -> Vec<Budget> {
-    windows
-        .iter()
-        .map(|window| Budget {
-            name: budget_name(window),
-            index: window.index,
-            limit: u64::from(window.rate.count().get()),
-            window: u64::try_from(window.rate.window().as_micros()).unwrap_or(u64::MAX),
-            cost: window.cost,
-            burst: window.burst.map(|burst| u64::from(burst.get())),
-        })
-        .collect()
+    /// Redis's start had passed when its answer came; it went back: ask again.
+    Again,
 }
 
 fn micros(duration: Duration) -> u64 {
@@ -314,7 +283,7 @@ impl Spends {
         request: &ReserveRequest<'_>,
         (not_before, max_wait): (Duration, Duration),
         leasing: Option<Leasing>,
-        beat: &str,
+        (beat, clock): (&str, &ServerClock),
     ) -> Asked {
         let budgets = budgets(request.windows);
         let now = Instant::now();
@@ -353,8 +322,9 @@ impl Spends {
         // A spend that timed out is settled by its id (`crate::unknown`)
         // and, settled, asked again once under a new one.
         let mut tries = 0;
-        let (member, result) = loop {
+        let (member, result, sent) = loop {
             tries += 1;
+            let sent = Instant::now();
             let member = format!(
                 "{}.{}",
                 self.process,
@@ -377,7 +347,7 @@ impl Spends {
                     continue;
                 }
             }
-            break (member, result);
+            break (member, result, sent);
         };
         let received = Instant::now();
         if result.is_ok() {
@@ -400,6 +370,10 @@ impl Spends {
                 buckets,
                 further,
             }) => {
+                // The waits count from the script's now, placed on this
+                // process's clock (`crate::clock`), not from the arrival.
+                let base = clock.place(sent, start.saturating_sub(wait), received);
+                let first = after(base, Duration::from_micros(wait));
                 let mut pooled = Vec::with_capacity(further.len());
                 for (k, at) in further.into_iter().enumerate() {
                     let member = further_member(&member, k);
@@ -410,7 +384,7 @@ impl Spends {
                     self.remember(&member, request.credential, budgets.clone(), granted);
                     let ahead = wait.saturating_add(at.saturating_sub(start));
                     pooled.push(Pooled {
-                        at: received + Duration::from_micros(ahead),
+                        at: after(base, Duration::from_micros(ahead)),
                         token: member,
                     });
                 }
@@ -419,8 +393,14 @@ impl Spends {
                 }
                 let granted = Granted { start, buckets };
                 self.remember(&member, request.credential, budgets, granted);
+                // Too late for its start (past the time every log charged
+                // by more than the margin absorbs): it goes back; ask again.
+                if first + request.late_start.max(LATE_FLOOR) < received {
+                    self.refund(runner, &member);
+                    return Asked::Again;
+                }
                 let decision = Decision::Granted {
-                    wait: Duration::from_micros(wait),
+                    wait: since(first, Instant::now()),
                     grant: Grant {
                         token: format!("{PREFIX}{member}"),
                     },
@@ -494,7 +474,7 @@ impl Spends {
         held.retain(|_, h| now.saturating_duration_since(h.at) < MEMBER_MEMORY);
         held.insert(
             member.to_owned(),
-            Held {
+            MemberCharge {
                 credential: credential.to_owned(),
                 budgets,
                 granted,
@@ -611,52 +591,10 @@ impl Spends {
     }
 }
 
-/// What spend `member` (with `slots` starts) may have logged: its entry
-/// `{member}|{cost}`, and each further start's, in every window (a
-/// bucket's arrival time cannot be told apart: it is left).
-fn void(
-    credential: &str,
-    budgets: &[Budget],
-    member: &str,
-    slots: u32,
-    keys: &CredentialKeys,
-) -> Void {
-    let windows = budgets.iter().filter(|budget| budget.burst.is_none());
-    let logs: Vec<String> = windows.clone().map(|budget| budget.key(keys)).collect();
-    let mut costs: Vec<u64> = windows.map(|budget| budget.cost).collect();
-    costs.sort_unstable();
-    costs.dedup();
-    let names = std::iter::once(member.to_owned())
-        .chain((0..slots.saturating_sub(1) as usize).map(|k| further_member(member, k)));
-    let members = names
-        .flat_map(|name| costs.iter().map(move |cost| format!("{name}|{cost}")))
-        .collect();
-    Void {
-        credential: credential.to_owned(),
-        id: member.to_owned(),
-        logs,
-        members,
-    }
-}
-
 /// Runs `task` on the current runtime; outside one (a budget dropped
 /// after its runtime) there is nothing left to tell.
 fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(task);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_unit_budget_is_named_after_its_scope_and_unit() {
-        assert!(is_unit("api_key:tokens", "tokens"));
-        assert!(is_unit("search:tokens~low", "tokens"));
-        assert!(!is_unit("api_key", "api_key"));
-        assert!(!is_unit("api_key:xtokens", "tokens"));
-        assert!(!is_unit("api_key:tokens", "images"));
     }
 }

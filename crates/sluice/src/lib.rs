@@ -105,10 +105,6 @@ pub mod priority_seats;
 mod rate;
 mod retry;
 pub mod scope;
-/// The old name of [`priority_seats`], kept until the shared backend and the
-/// reservation step (owned elsewhere in this round) name the new one.
-#[doc(hidden)]
-pub use priority_seats as seats;
 pub mod shared;
 pub mod signal;
 mod turn;

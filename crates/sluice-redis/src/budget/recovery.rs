@@ -8,7 +8,7 @@ use std::time::Duration;
 use sluice::limiter::Reservation;
 use tokio::time::Instant;
 
-use super::RedisBudget;
+use super::handle::RedisBudget;
 use crate::breaker::Permit;
 use crate::credential::{Cred, CredState, Mode};
 use crate::fallback;

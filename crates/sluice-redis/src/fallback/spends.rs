@@ -64,8 +64,8 @@ struct Recent {
     spends: VecDeque<(Instant, u64)>,
 }
 
-struct Held {
-    /// Per window: its cell key, its unit, what was charged.
+/// A spend granted locally: per window its cell key, unit and charge; and when.
+struct LocalGrant {
     charged: Vec<(String, Option<String>, Reservation)>,
     at: Instant,
 }
@@ -78,7 +78,7 @@ pub(crate) type HeldSpend = Vec<(String, Reservation)>;
 pub(crate) struct SpendCells {
     origin: Instant,
     cells: HashMap<String, Cell>,
-    grants: HashMap<u64, Held>,
+    grants: HashMap<u64, LocalGrant>,
     next: u64,
     /// This process's spends granted by Redis within each window, by key.
     recent: HashMap<String, Recent>,
@@ -215,7 +215,7 @@ impl SpendCells {
         self.next += 1;
         let id = self.next;
         self.grants.retain(|_, held| held.at + GRANT_MEMORY > now);
-        self.grants.insert(id, Held { charged, at: now });
+        self.grants.insert(id, LocalGrant { charged, at: now });
         Ok((begins, id))
     }
 

@@ -1,14 +1,15 @@
 //! This process's callers holding a slot of one request window until its
 //! time, seated by priority (issue 14): a caller of higher priority that
 //! gets a later slot of the same window takes the earliest of theirs, and
-//! they move one slot later each ([`sluice::seats`]). Nothing goes back to
+//! they move one slot later each ([`sluice::priority_seats`]). Nothing goes back to
 //! Redis for it: the slots change hands, each still starting exactly at the
 //! time the shared log charged it at.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice::Priority;
-use sluice::seats::{Seated, Seats, Stood};
+use sluice::priority_seats::{Seated, Seats, Stood};
 use tokio::time::Instant;
 
 use super::{PoolKey, hold_until};
@@ -64,7 +65,8 @@ impl Seated for Slot {
 pub(crate) enum Held {
     /// Its time came with no hold voiding it: start now.
     Ready(SlotToken),
-    /// A hold voided it before its time; it went back.
+    /// A hold voided it before its time, or its caller woke too late after
+    /// it ([`hold_until`]); it went back.
     Voided,
     /// A caller of higher priority moved it to this start, past `latest`;
     /// it went back.
@@ -77,11 +79,12 @@ pub(crate) enum Held {
 /// Holds `slot`, for `at`, until its time: first taking the earliest slot
 /// of the callers it outranks, then seated at `priority`, so that callers
 /// of higher priority take it first. A start past `latest` (its own, or
-/// one it was moved to) is given back.
+/// one it was moved to) is given back, and so is a slot whose caller woke
+/// more than `late` after its time ([`hold_until`]).
 pub(crate) async fn hold_by_priority(
     cred: &Cred,
     parts: &[String],
-    priority: Priority,
+    (priority, late): (Priority, Duration),
     (at, slot): (Instant, Slot),
     latest: Instant,
 ) -> Held {
@@ -97,7 +100,7 @@ pub(crate) async fn hold_by_priority(
     }
     if priority == Priority::High {
         // Nobody outranks it: no seat.
-        return if hold_until(cred, parts, at, slot.obtained).await {
+        return if hold_until(cred, parts, (at, late), slot.obtained).await {
             Held::Ready(slot.token)
         } else {
             slot.give_back();
@@ -114,7 +117,7 @@ pub(crate) async fn hold_by_priority(
             return Held::Moved(at);
         }
         let kept = tokio::select! {
-            kept = hold_until(cred, parts, at, obtained) => kept,
+            kept = hold_until(cred, parts, (at, late), obtained) => kept,
             () = sitting.changed() => continue,
         };
         if !kept {

@@ -8,7 +8,7 @@ use sluice::limiter::micros;
 use sluice::shared::{Decision, Hold, ReserveRequest, SharedLimit};
 use tokio::time::Instant;
 
-use super::pool::{PoolKey, Pooled, fair_cap};
+use super::pool::{LATE_FLOOR, PoolKey, Pooled, fair_cap};
 use crate::RedisConfig;
 use crate::breaker::Permit;
 use crate::credential::{Cred, Mode};
@@ -319,6 +319,16 @@ impl Leases {
             _ => false,
         };
         let received = Instant::now();
+        // The waits count from the script's now, placed on this process's
+        // clock (`crate::clock`): the answer's arrival is later by its
+        // return trip, which under load reaches hundreds of ms.
+        let base = match &result {
+            Ok(Reserved::Granted { view, .. } | Reserved::Denied { view, .. }) => view
+                .now
+                .map_or(received, |now| cred.clock.place(sent, now, received)),
+            Err(_) => received,
+        };
+        let late = request.late_start.max(LATE_FLOOR);
         let outcome = {
             let mut state = cred.state.lock();
             if leases {
@@ -329,18 +339,31 @@ impl Leases {
             match result {
                 Ok(Reserved::Granted { view, slots, next }) => {
                     state.counted(view.processes, received);
-                    state.holds.absorb(&view, received);
+                    state.holds.absorb(&view, base);
                     state.mode = (Mode::Shared, None);
                     state.decisions.shared += 1;
                     // Nothing else is free before the limit's next start:
                     // until then, a caller that finds the pool empty and
                     // cannot wait that long is denied without a round trip.
-                    state.busy_until = next.map(|next| received + Duration::from_micros(next));
+                    state.busy_until = next.map(|next| base + Duration::from_micros(next));
                     let mut slots = slots.into_iter().map(|slot| Pooled {
-                        at: received + Duration::from_micros(slot.wait),
+                        at: base + Duration::from_micros(slot.wait),
                         token: slot.token,
                     });
                     match slots.next() {
+                        // The answer came too late for its first slot: a
+                        // start now would lie past the time the log
+                        // charged by more than the window margin absorbs.
+                        // It goes back (the others wait in the pool while
+                        // they are on time), and the call asks again.
+                        Some(first) if first.at + late < received => {
+                            state.pool.fill(slots);
+                            state.busy_until = None;
+                            state.decisions.shared -= 1;
+                            state.pool.returned += 1;
+                            self.jobs.refund(&cred.name, vec![first.token]);
+                            Obtained::Again
+                        }
                         Some(first) => {
                             state.pool.fill(slots);
                             Obtained::Slot(first.at, first.token, received)
@@ -355,14 +378,15 @@ impl Leases {
                     hold,
                 }) => {
                     state.counted(view.processes, received);
-                    state.holds.absorb(&view, received);
+                    state.holds.absorb(&view, base);
                     state.mode = (Mode::Shared, None);
                     state.decisions.denied += 1;
+                    let free = base + Duration::from_micros(wait);
                     if hold == Hold::Rate && not_before <= sent {
-                        state.busy_until = Some(received + Duration::from_micros(wait));
+                        state.busy_until = Some(free);
                     }
                     let index = scope.min(request.scopes.len().saturating_sub(1));
-                    Obtained::Denied(denied(request, index, Duration::from_micros(wait), hold))
+                    Obtained::Denied(denied(request, index, since(free, received), hold))
                 }
                 Err(_) if settled => Obtained::Again,
                 Err(error) => Obtained::Fallback(error.to_string()),
@@ -415,13 +439,17 @@ fn pace(limit: Option<SharedLimit>) -> Duration {
 }
 
 /// Sleeps until `at`, watching for holds; false when one voids the slot
-/// (obtained at `obtained`) before it comes.
+/// (obtained at `obtained`) before it comes, or when this caller wakes
+/// more than `late` (at least [`LATE_FLOOR`]) after it: on a loaded
+/// machine a timer fires late, and a start that late would lie past the
+/// time the log charged by more than the window margin absorbs.
 pub(crate) async fn hold_until(
     cred: &Cred,
     parts: &[String],
-    at: Instant,
+    (at, late): (Instant, Duration),
     obtained: Instant,
 ) -> bool {
+    let late = late.max(LATE_FLOOR);
     loop {
         let held = cred.held.notified();
         tokio::pin!(held);
@@ -431,7 +459,7 @@ pub(crate) async fn hold_until(
             return false;
         }
         if now >= at {
-            return true;
+            return now <= at + late;
         }
         tokio::select! {
             () = tokio::time::sleep_until(at) => {}

@@ -26,12 +26,14 @@
 --       9 member prefix (unique per call), 10 process id ('' = none),
 --       11 heartbeat window µs, 12 TTL slack µs, 13 immediate, 14 lead µs,
 --       15 pace µs, 16 tick µs, 17.. scope fields
--- Reply: {1, processes, blocks, quotas, generation, {wait, undo, ...}, next}
---     or {0, processes, blocks, quotas, wait, scope index, 'quota'|'blocked'|'rate'}
+-- Reply: {1, processes, blocks, quotas, generation, {wait, undo, ...}, next, now}
+--     or {0, processes, blocks, quotas, wait, scope index, 'quota'|'blocked'|'rate', now}
 -- where blocks and quotas are {field, µs from now, ...} for every active
 -- one, and next is how far from now the first scope's limit (blocks
 -- aside) has its next start after the slots granted (-1: no limit): the
--- caller's process knows no start is free before it.
+-- caller's process knows no start is free before it, and now is the
+-- script's time (µs): the caller places the waits on its own clock by it
+-- (clock.rs), not by when the answer came.
 
 -- Voided by its id before it ran: its caller already settled it.
 if redis.call('EXISTS', KEYS[7]) == 1 then return {0, 0, {}, {}, 0, 1, 'rate'} end
@@ -81,7 +83,7 @@ local quota_list, quotas = active(KEYS[2])
 
 for i, scope in ipairs(scopes) do
   local q = quotas[scope]
-  if q then return {0, processes, block_list, quota_list, q - now, i, 'quota'} end
+  if q then return {0, processes, block_list, quota_list, q - now, i, 'quota', now} end
 end
 
 -- Remember the first scope's limit, so that a block can restart it empty.
@@ -159,7 +161,7 @@ for i, scope in ipairs(scopes) do
   if e - now > max_wait then
     local hold = 'rate'
     if penalty > now and penalty >= e then hold = 'blocked' end
-    return {0, processes, block_list, quota_list, e - now, i, hold}
+    return {0, processes, block_list, quota_list, e - now, i, hold, now}
   end
   start = e
 end
@@ -230,4 +232,4 @@ for i, t in ipairs(placed) do
 end
 local next = -1
 if alg ~= 'n' then next = earliest(now) - now end
-return {1, processes, block_list, quota_list, generation, slots, next}
+return {1, processes, block_list, quota_list, generation, slots, next, now}

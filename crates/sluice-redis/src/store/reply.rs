@@ -21,6 +21,8 @@ pub(super) fn parse_reserved(value: Value, first: &str) -> Result<Reserved, Erro
         processes: u32::try_from(micros_of(field(1)?)?).unwrap_or(u32::MAX),
         blocks: pairs(field(2)?)?,
         quotas: pairs(field(3)?)?,
+        // Absent from a voided reservation's answer (and older scripts).
+        now: items.get(7).and_then(|now| micros_of(now).ok()),
     };
     match micros_of(field(0)?)? {
         1 => {

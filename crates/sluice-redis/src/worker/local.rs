@@ -12,9 +12,9 @@ use tokio::time::Instant;
 
 use crate::instant::since;
 use crate::runner::Runner;
+use crate::spend::is_unit;
 use crate::spend::{Budget, SpendScripts};
 use crate::store::{Clock, RecordArgs};
-use crate::windows::is_unit;
 
 use super::unwritten::Pending;
 

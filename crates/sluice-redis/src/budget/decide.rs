@@ -1,0 +1,326 @@
+//! One call's decision, orchestrated from holds, leases and the fallback.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice::shared::{Decision, Hold, ReserveRequest};
+use tokio::time::Instant;
+
+use crate::credential::{Cred, Mode};
+use crate::decision::{self, denied};
+use crate::fallback;
+use crate::instant::{after, since};
+use crate::keys::part;
+use crate::lease::{Held, Obtained, PoolKey, Slot, hold_by_priority};
+use crate::spend;
+use crate::windows::{Asked, Leasing};
+
+use super::handle::RedisBudget;
+use super::recovery::{Holding, RecoveryHold, counted};
+
+/// Attempts to get a slot that no block voids.
+const ATTEMPTS: usize = 4;
+
+impl RedisBudget {
+    /// One call's decision: known holds first, then a slot from the lease
+    /// pool or Redis, held until its time (a block arriving meanwhile voids
+    /// it: it goes back and the call looks again); without Redis, the
+    /// fallback decides.
+    pub(super) async fn decide(&self, request: ReserveRequest<'_>) -> Decision {
+        let started = Instant::now();
+        let Some(first) = request.scopes.first() else {
+            return Decision::Granted {
+                wait: request.not_before,
+                grant: decision::unscoped(),
+            };
+        };
+        let cred = self.inner.credentials.get(request.credential);
+        let parts: Vec<String> = request.scopes.iter().map(|s| part(s)).collect();
+        let key = PoolKey {
+            scope: parts[0].clone(),
+            limit: request.limit,
+        };
+        cred.state.lock().limit = request.limit;
+        let mut not_before = after(started, request.not_before);
+        let latest = after(started, request.max_wait);
+        for _ in 0..ATTEMPTS {
+            let now = Instant::now();
+            {
+                let mut state = cred.state.lock();
+                state.holds.prune(now);
+                if let Some((index, until)) = state.holds.quota(&parts, now) {
+                    state.decisions.denied += 1;
+                    return denied(&request, index, since(until, now), Hold::Quota);
+                }
+                if let Some((index, until)) = state.holds.blocked(&parts, now) {
+                    if until > latest {
+                        state.decisions.denied += 1;
+                        return denied(&request, index, since(until, now), Hold::Blocked);
+                    }
+                    not_before = not_before.max(until);
+                }
+            }
+            if !request.windows.is_empty() {
+                match self
+                    .decide_windows(&cred, &request, &parts, not_before, latest)
+                    .await
+                {
+                    Some(decision) => return decision,
+                    // Its start went back: it came too late.
+                    None => continue,
+                }
+            }
+            self.confirm_spell(&cred).await;
+            // Back from a fallback spell: Redis may not hold its local
+            // starts yet, nor those of processes still away, so while the
+            // spell binds a shared start must also fit this process's share,
+            // held in its cell while Redis is asked (docs/shared-limiter.md,
+            // "Failure modes").
+            let (recovering, held) = {
+                let mut state = cred.state.lock();
+                let current = fallback::share(self.inner.config.fallback_share, state.processes);
+                let share = state.fallback.spell.share_in_force(current);
+                let limit = request.limit.map(|limit| fallback::share_of(limit, share));
+                let counted = counted(&state, self.inner.config.heartbeat);
+                let held = state.fallback.hold_recovering(
+                    &parts[0],
+                    limit,
+                    (now, not_before, latest),
+                    counted,
+                );
+                (held.as_ref().map(|_| limit), held)
+            };
+            let hold = match held {
+                None => RecoveryHold::none(&cred),
+                Some(Err(earliest)) => {
+                    cred.state.lock().decisions.denied += 1;
+                    return denied(&request, 0, since(earliest, now), Hold::Rate);
+                }
+                Some(Ok((start, held))) => {
+                    not_before = not_before.max(start);
+                    RecoveryHold::new(&cred, Holding::Cell(parts[0].clone(), held))
+                }
+            };
+            // Callers of lower priority hold slots within this call's wait:
+            // a swap can give it the earliest of them, so it asks for a slot
+            // up to one wait further, for the caller the swap moves last
+            // (who gives it back if that is past its own wait).
+            let reach = if cred
+                .waiting
+                .outranks(request.priority, after(latest, Duration::from_micros(1)))
+            {
+                after(latest, since(latest, started))
+            } else {
+                latest
+            };
+            let obtained = self
+                .inner
+                .leases
+                .obtain(&cred, &request, &key, not_before, reach)
+                .await;
+            // Redis answered: the start it gave (if any) is counted below
+            // in place of the one held.
+            drop(hold);
+            let (at, token, obtained) = match obtained {
+                Obtained::Slot(at, token, obtained) => (at, token, obtained),
+                Obtained::Denied(decision) => return decision,
+                // A reservation that timed out, settled: nothing charged.
+                Obtained::Again => continue,
+                Obtained::Fallback(reason) => {
+                    let (decision, started) = fallback::decide(
+                        &cred,
+                        self.inner.config.fallback_share,
+                        &request,
+                        &parts,
+                        not_before,
+                        latest,
+                        reason,
+                    );
+                    // Redis's log does not hold a local start: the worker
+                    // adds it, so that the other processes count it too.
+                    if let Some(limit) = request.limit {
+                        self.inner.jobs.record(
+                            (request.credential, &cred.unwritten),
+                            first,
+                            limit,
+                            started,
+                        );
+                    }
+                    return decision;
+                }
+            };
+            // Counted from now on: the fallback must know of it if Redis
+            // goes away while this call waits for its slot.
+            {
+                let now = Instant::now();
+                let mut state = cred.state.lock();
+                state.fallback.remember(at, request.limit, now);
+                if let Some(limit) = recovering {
+                    state.fallback.count_shared(&parts[0], limit, at);
+                }
+            }
+            let slot = Slot::new(token, obtained, &key, &self.inner.jobs, &cred);
+            match hold_by_priority(
+                &cred,
+                &parts,
+                (request.priority, request.late_start),
+                (at, slot),
+                latest,
+            )
+            .await
+            {
+                Held::Ready(token) => {
+                    return Decision::Granted {
+                        wait: Duration::ZERO,
+                        grant: decision::slot(&token),
+                    };
+                }
+                Held::Moved(at) => {
+                    cred.state.lock().decisions.denied += 1;
+                    return denied(&request, 0, since(at, Instant::now()), Hold::Outranked);
+                }
+                Held::Late(at) => {
+                    cred.state.lock().decisions.denied += 1;
+                    return denied(&request, 0, since(at, Instant::now()), Hold::Rate);
+                }
+                // A block arrived while the slot waited, or the caller woke
+                // too late for it: it went back; look again.
+                Held::Voided => {}
+            }
+        }
+        let now = Instant::now();
+        cred.state.lock().decisions.denied += 1;
+        let wait = since(not_before, now).max(Duration::from_millis(1));
+        Decision::Denied {
+            wait,
+            scope: (*first).to_owned(),
+            hold: Hold::Blocked,
+        }
+    }
+}
+
+impl RedisBudget {
+    /// A call on several windows, groups or units: one spend in Redis,
+    /// or the fallback's cells at this process's share of every window.
+    /// `None`: Redis's start came back too late and went back; ask again.
+    async fn decide_windows(
+        &self,
+        cred: &Arc<Cred>,
+        request: &ReserveRequest<'_>,
+        parts: &[String],
+        not_before: Instant,
+        latest: Instant,
+    ) -> Option<Decision> {
+        let configured = self.inner.config.fallback_share;
+        self.confirm_spell(cred).await;
+        let now = Instant::now();
+        let mut not_before = not_before;
+        // Back from a fallback spell: Redis's logs do not hold the local
+        // spends, so for the longest window a shared start must also fit
+        // this process's share of every window (as for one window).
+        let (recovering, held) = {
+            let mut state = cred.state.lock();
+            let current = fallback::share(configured, state.processes);
+            let share = state.fallback.spends.spell.share_in_force(current);
+            let counted = counted(&state, self.inner.config.heartbeat);
+            let held = state.fallback.spends.hold_recovering(
+                request.windows,
+                share,
+                (now, not_before, latest),
+                counted,
+            );
+            (held.as_ref().map(|_| share), held)
+        };
+        let hold = match held {
+            None => RecoveryHold::none(cred),
+            Some(Err(late)) => {
+                cred.state.lock().decisions.denied += 1;
+                let index = fallback::scope_index(request, late.window);
+                return Some(denied(request, index, since(late.at, now), Hold::Rate));
+            }
+            Some(Ok((start, held))) => {
+                not_before = not_before.max(start);
+                RecoveryHold::new(cred, Holding::Windows(held))
+            }
+        };
+        // Neither in fallback (a leased start handed out then would be one
+        // the local cells, which took in the shared starts at the switch,
+        // do not count) nor while recovering from it (the local cells
+        // bound every start then, and leased starts would only go stale).
+        let leasing = {
+            let state = cred.state.lock();
+            (state.mode.0 == Mode::Shared && recovering.is_none()).then(|| Leasing {
+                max_lease: self.inner.leases.max_lease(),
+                processes: state.processes,
+            })
+        };
+        // As for one window: a probe's answer is waited for, not decided
+        // beside.
+        let stale_probe = self.inner.config.timeout * 2;
+        self.inner.runner.await_probe(latest, stale_probe).await;
+        let now = Instant::now();
+        let process = self.inner.leases.process();
+        let beat = cred.state.lock().beat.name(process);
+        let asked = self
+            .inner
+            .spends
+            .reserve(
+                &self.inner.runner,
+                request,
+                (since(not_before, now), since(latest, now)),
+                leasing,
+                (&beat, &cred.clock),
+            )
+            .await;
+        // Redis answered: the start it gave (if any) is counted below in
+        // place of the one held.
+        drop(hold);
+        let (decision, leased) = match asked {
+            Asked::Decided(decision, processes) => {
+                cred.state.lock().counted(processes, Instant::now());
+                (decision, false)
+            }
+            Asked::Leased(decision) => (decision, true),
+            Asked::Again => return None,
+            Asked::Fallback(reason) => {
+                let (decision, started) = fallback::decide_windows(
+                    cred, configured, request, parts, not_before, latest, reason,
+                );
+                // As for one limit: the worker adds the local spend to
+                // every budget in Redis, so that the other processes count it.
+                if let Some((at, spend)) = started {
+                    let budgets = spend::budgets(request.windows);
+                    self.inner.jobs.record_spend(
+                        (request.credential, &cred.unwritten),
+                        budgets,
+                        spend,
+                        at,
+                    );
+                }
+                return Some(decision);
+            }
+        };
+        {
+            let now = Instant::now();
+            let mut state = cred.state.lock();
+            state.mode = (Mode::Shared, None);
+            match &decision {
+                Decision::Granted { wait, .. } => {
+                    if leased {
+                        state.decisions.leased += 1;
+                    } else {
+                        state.decisions.shared += 1;
+                    }
+                    let at = after(now, *wait);
+                    let spends = &mut state.fallback.spends;
+                    spends.remember(request.windows, at, now);
+                    if let Some(share) = recovering {
+                        spends.count_shared(request.windows, share, at);
+                    }
+                }
+                Decision::Denied { .. } => state.decisions.denied += 1,
+            }
+        }
+        Some(decision)
+    }
+}
