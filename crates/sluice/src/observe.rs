@@ -107,6 +107,8 @@ pub enum WaitKind {
     Rate,
     /// For a retry's jittered backoff.
     Backoff,
+    /// In a scope's admission queue, for a concurrency permit.
+    Admission,
 }
 
 impl WaitKind {
@@ -115,6 +117,7 @@ impl WaitKind {
         match self {
             WaitKind::Rate => "rate",
             WaitKind::Backoff => "backoff",
+            WaitKind::Admission => "admission",
         }
     }
 }
