@@ -97,6 +97,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
     )?;
     let env = |name: &str| std::env::var(name).ok();
+    let tracer = crate::telemetry::start(&config.telemetry)?;
     let server = match &args.upstream {
         Some(text) => Server::Remote(Remote {
             url: upstream_url(text)?,
@@ -136,21 +137,29 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         stdout.flush()?;
         tracing::info!(addr = %local, auth = settings.auth_token.is_some(), "sluice mcp: clients connect at /mcp");
         // Every secret is masked in what clients are sent (issue 19).
-        let proxy = Proxy::new(config).scrub_env_secrets();
+        let proxy = Proxy::new(config)
+            .scrub_env_secrets()
+            .trace(tracer.clone());
         sluice_mcp::serve_http(proxy, server, listener, settings, shutdown).await?;
+        crate::telemetry::flush(tracer.as_ref()).await;
         return Ok(ExitCode::SUCCESS);
     }
-    match server {
+    let proxy = Proxy::new(config)
+        .scrub_env_secrets()
+        .trace(tracer.clone());
+    let code = match server {
         Server::Remote(remote) => {
-            sluice_mcp::run_upstream(config, remote).await?;
-            Ok(ExitCode::SUCCESS)
+            sluice_mcp::run_upstream(proxy, remote).await?;
+            ExitCode::SUCCESS
         }
         Server::Command(command) => {
-            let status = sluice_mcp::run(config, &command).await?;
+            let status = sluice_mcp::run(proxy, &command).await?;
             // The server's status is ours: a client sees the same exit either way.
-            Ok(ExitCode::from(exit_code(status)))
+            ExitCode::from(exit_code(status))
         }
-    }
+    };
+    crate::telemetry::flush(tracer.as_ref()).await;
+    Ok(code)
 }
 
 #[cfg(test)]

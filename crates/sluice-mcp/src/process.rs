@@ -6,7 +6,6 @@ use std::process::{ExitStatus, Stdio};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use sluice_config::McpConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
@@ -31,20 +30,21 @@ pub struct Command {
 /// it, and returns its exit status once it has exited. Its standard error
 /// is this process's.
 ///
-/// The secrets of [`McpConfig::scrubbed_secrets`] set in this process's
-/// environment are masked in everything written to standard output.
+/// `proxy` is `sluice mcp`'s: [`Proxy::scrub_env_secrets`] masks the
+/// secrets of [`sluice_config::McpConfig::scrubbed_secrets`] set in this process's
+/// environment in everything written to standard output.
 ///
 /// SIGTERM and SIGINT to this process are passed on to the server, which
 /// then has `[mcp] shutdown_grace` to exit before it is killed; either way
 /// it is reaped, and its status returned (issue 19).
-pub async fn run(config: McpConfig, command: &Command) -> Result<ExitStatus, McpError> {
+pub async fn run(proxy: Proxy, command: &Command) -> Result<ExitStatus, McpError> {
     let stdin = ThreadStdin::spawn().map_err(|source| McpError::Io {
         context: "cannot read standard input",
         source,
     })?;
     let signals = shutdown_signals()?;
     supervise(
-        Proxy::new(config).scrub_env_secrets(),
+        proxy,
         command,
         stdin,
         tokio::io::stdout(),

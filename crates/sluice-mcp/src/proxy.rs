@@ -14,6 +14,7 @@ use crate::progress::ProgressObserver;
 use crate::router::Router;
 use crate::signals::Detector;
 use sluice_http::scrub::Scrubber;
+use sluice_http::trace::{TraceObserver, Tracer};
 
 /// An MCP proxy over any pair of byte streams. [`crate::run`] wires it to
 /// a child process and this process's standard input and output.
@@ -45,6 +46,8 @@ pub struct Proxy {
     detector: Arc<Detector>,
     /// Masks the secrets in everything returned to the client (`scrub.rs`).
     scrubber: Option<Arc<Scrubber>>,
+    /// Where calls' spans go; `None` when traces are off.
+    tracer: Option<Arc<Tracer>>,
 }
 
 impl Proxy {
@@ -56,6 +59,7 @@ impl Proxy {
             seed: None,
             detector,
             scrubber: None,
+            tracer: None,
         }
     }
 
@@ -83,6 +87,13 @@ impl Proxy {
     /// How long the server has to exit once asked (`[mcp] shutdown_grace`).
     pub(crate) fn shutdown_grace(&self) -> std::time::Duration {
         self.config.shutdown_grace
+    }
+
+    /// Sends each `tools/call`'s span to `tracer`, a child of the
+    /// request's `params._meta.traceparent` when it has one.
+    pub fn trace(mut self, tracer: Option<Arc<Tracer>>) -> Self {
+        self.tracer = tracer;
+        self
     }
 
     /// Seeds the gate's jitter and the proxy's ids (tests, reproducible runs).
@@ -152,8 +163,11 @@ impl Proxy {
     /// The gate every session of this proxy spends.
     pub(crate) async fn gate(&self) -> Result<Gate<ServerExecutor>, McpError> {
         // Progress notifications for calls that wait (see `progress.rs`).
-        let mut builder = Gate::builder(self.config.gate.clone(), ServerExecutor)
-            .observer(Arc::new(ProgressObserver));
+        let mut builder = Gate::builder(self.config.gate.clone(), ServerExecutor);
+        let progress: Arc<dyn sluice::Observer> = Arc::new(ProgressObserver);
+        if let Some(observer) = TraceObserver::wrap(self.tracer.as_ref(), Some(progress)) {
+            builder = builder.observer(observer);
+        }
         if let Some(seed) = self.seed {
             builder = builder.seed(seed);
         }
@@ -166,6 +180,11 @@ impl Proxy {
     /// The configuration.
     pub(crate) fn config(&self) -> &McpConfig {
         &self.config
+    }
+
+    /// Where calls' spans go, when traces are on.
+    pub(crate) fn tracer(&self) -> Option<&Arc<Tracer>> {
+        self.tracer.as_ref()
     }
 
     /// What reads every session's answers for rate signals.

@@ -25,6 +25,7 @@ use crate::proxy::Proxy;
 use crate::reply;
 use crate::session_turn::SessionTurn;
 use sluice_http::scrub::Scrubber;
+use sluice_http::trace::{TraceParent, Tracer, traced};
 
 /// Where a handled message's response goes.
 #[derive(Debug, Clone)]
@@ -75,6 +76,28 @@ pub(crate) struct Router {
     serial: AtomicU64,
     /// Masks secrets in the server's lines this proxy logs.
     scrubber: Option<Arc<Scrubber>>,
+    /// Where calls' spans go; `None` when traces are off.
+    tracer: Option<Arc<Tracer>>,
+}
+
+/// `params._meta.traceparent` of a `tools/call`: the agent's span.
+#[derive(Deserialize)]
+struct TraceMeta<'a> {
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<TraceMetaFields<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TraceMetaFields<'a> {
+    #[serde(borrow, default)]
+    traceparent: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// The agent's span, read only when traces are on.
+fn trace_parent(tracer: Option<&Arc<Tracer>>, params: &RawValue) -> Option<TraceParent> {
+    tracer?;
+    let meta = serde_json::from_str::<TraceMeta<'_>>(params.get()).ok()?;
+    TraceParent::parse(&meta.meta?.traceparent?)
 }
 
 /// `params` of `tools/call`: the name, and whether the agent speaks the
@@ -138,6 +161,7 @@ impl Router {
             lists: Mutex::new(HashSet::new()),
             batch_waits: Mutex::new(HashMap::new()),
             serial: AtomicU64::new(0),
+            tracer: proxy.tracer().cloned(),
             scrubber: proxy.scrubber().cloned(),
         }
     }
@@ -249,6 +273,9 @@ impl Router {
     ) {
         let key = IdKey::of(id);
         let id_text = id.get().to_owned();
+        let parent = trace_parent(self.tracer.as_ref(), params);
+        // Kept for the span only when traces are on: no copy otherwise.
+        let span_tool = self.tracer.as_ref().map(|_| tool.to_owned());
         let (routed, spend) = {
             let catalog = self.catalog.lock();
             (catalog.routed(tool), catalog.spend(tool))
@@ -290,7 +317,11 @@ impl Router {
         // Held across the spawn, so the call's entry exists before its task can finish.
         let mut calls = self.calls.lock();
         let task = tokio::spawn(async move {
-            let completion = Watch::run(watch, membership.turn.complete(call)).await;
+            let tracer = router.tracer.as_ref();
+            let run = membership.turn.complete(call);
+            let tool = span_tool.as_deref().unwrap_or_default();
+            let traced = traced(tracer, parent, tool, Some(&id_text), run);
+            let completion = Watch::run(watch, traced).await;
             drop(membership);
             let message = reply::message(&id_text, &completion, form, router.deferral);
             {

@@ -59,6 +59,11 @@ impl TraceParent {
         })
     }
 
+    /// A request's `traceparent` header, if it has a valid one.
+    pub fn of_headers(headers: &http::HeaderMap) -> Option<TraceParent> {
+        TraceParent::parse(headers.get(TRACEPARENT)?.to_str().ok()?)
+    }
+
     /// The header value that names this span as the parent.
     pub fn header(&self) -> HeaderValue {
         let mut text = [0u8; 55];

@@ -74,19 +74,15 @@ where
 }
 
 /// `sluice mcp --upstream URL`: this process's standard input and output
-/// proxied to the remote server ([`run_remote`]), with the secrets of
-/// [`sluice_config::McpConfig::scrubbed_secrets`] set in this process's
-/// environment masked in what is written to standard output.
-pub async fn run_upstream(
-    config: sluice_config::McpConfig,
-    remote: Remote,
-) -> Result<(), McpError> {
+/// proxied to the remote server ([`run_remote`]) through `proxy`
+/// (`sluice mcp` scrubs with [`Proxy::scrub_env_secrets`]).
+pub async fn run_upstream(proxy: Proxy, remote: Remote) -> Result<(), McpError> {
     let stdin = crate::stdin::ThreadStdin::spawn().map_err(|source| McpError::Io {
         context: "cannot read standard input",
         source,
     })?;
     run_remote(
-        Proxy::new(config).scrub_env_secrets(),
+        proxy,
         remote,
         stdin,
         tokio::io::stdout(),
