@@ -17,8 +17,9 @@ use crate::secret::{Env, Secret};
 /// The service name spans carry when none is given.
 pub const DEFAULT_SERVICE_NAME: &str = "sluice";
 
-/// How often spans are sent at most; the OpenTelemetry SDKs' batch delay
-/// (`OTEL_BSP_SCHEDULE_DELAY`) is 5 s, and a span must leave within it.
+/// How often spans are sent unless `OTEL_BSP_SCHEDULE_DELAY` says
+/// otherwise: the OpenTelemetry SDKs' default delay is 5 s, and a span
+/// should leave well within it.
 pub const DEFAULT_EXPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Which calls are traced: the OpenTelemetry SDKs' samplers by their
@@ -206,12 +207,25 @@ fn resolve(file: &Telemetry, env: Env<'_>) -> Result<Option<TelemetrySettings>, 
             None => Vec::new(),
         },
     };
+    // The SDKs' batch delay, in milliseconds.
+    let export_interval = match var("OTEL_BSP_SCHEDULE_DELAY") {
+        Some(text) => match text.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => {
+                return Err(ConfigError::invalid(
+                    "OTEL_BSP_SCHEDULE_DELAY",
+                    format!("{text:?} is not a positive number of milliseconds"),
+                ));
+            }
+        },
+        None => DEFAULT_EXPORT_INTERVAL,
+    };
     Ok(Some(TelemetrySettings {
         traces_endpoint,
         headers,
         service_name,
         sampler,
-        export_interval: DEFAULT_EXPORT_INTERVAL,
+        export_interval,
     }))
 }
 
@@ -369,6 +383,10 @@ mod tests {
         assert_eq!(
             variable(&[endpoint, ("OTEL_EXPORTER_OTLP_HEADERS", "novalue")]).as_deref(),
             Some("OTEL_EXPORTER_OTLP_HEADERS")
+        );
+        assert_eq!(
+            variable(&[endpoint, ("OTEL_BSP_SCHEDULE_DELAY", "0")]).as_deref(),
+            Some("OTEL_BSP_SCHEDULE_DELAY")
         );
         assert_eq!(
             variable(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "nope")]).as_deref(),
