@@ -275,7 +275,11 @@ impl Router {
         let id_text = id.get().to_owned();
         let parent = trace_parent(self.tracer.as_ref(), params);
         // Kept for the span only when traces are on: no copy otherwise.
-        let span_tool = self.tracer.as_ref().map(|_| tool.to_owned());
+        // A string id is named without its quotes.
+        let span_names = self.tracer.as_ref().map(|_| {
+            let id = serde_json::from_str::<String>(id.get()).unwrap_or_else(|_| id.get().to_owned());
+            (tool.to_owned(), id)
+        });
         let (routed, spend) = {
             let catalog = self.catalog.lock();
             (catalog.routed(tool), catalog.spend(tool))
@@ -319,8 +323,10 @@ impl Router {
         let task = tokio::spawn(async move {
             let tracer = router.tracer.as_ref();
             let run = membership.turn.complete(call);
-            let tool = span_tool.as_deref().unwrap_or_default();
-            let traced = traced(tracer, parent, tool, Some(&id_text), run);
+            let (tool, call_id) = span_names
+                .as_ref()
+                .map_or(("", None), |(tool, id)| (tool.as_str(), Some(id.as_str())));
+            let traced = traced(tracer, parent, tool, call_id, run);
             let completion = Watch::run(watch, traced).await;
             drop(membership);
             let message = reply::message(&id_text, &completion, form, router.deferral);
