@@ -59,7 +59,7 @@ async fn a_turn_s_calls_join_the_caller_s_trace_and_say_why_one_was_deferred() {
     let upstream = Upstream::spawn(Fault::Ok).await;
     let tracer = tracer(&receiver);
     let state = AppState::connect_traced(
-        config(&upstream.url(), "rate = \"1/10s\"", ""),
+        config(&upstream.url(), "rate = \"1/10s\"\nmax_in_flight = 8", ""),
         Some(7),
         Some(tracer.clone()),
     )
