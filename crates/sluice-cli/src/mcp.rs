@@ -137,16 +137,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         stdout.flush()?;
         tracing::info!(addr = %local, auth = settings.auth_token.is_some(), "sluice mcp: clients connect at /mcp");
         // Every secret is masked in what clients are sent (issue 19).
-        let proxy = Proxy::new(config)
-            .scrub_env_secrets()
-            .trace(tracer.clone());
+        let proxy = Proxy::new(config).scrub_env_secrets().trace(tracer.clone());
         sluice_mcp::serve_http(proxy, server, listener, settings, shutdown).await?;
         crate::telemetry::flush(tracer.as_ref()).await;
         return Ok(ExitCode::SUCCESS);
     }
-    let proxy = Proxy::new(config)
-        .scrub_env_secrets()
-        .trace(tracer.clone());
+    let proxy = Proxy::new(config).scrub_env_secrets().trace(tracer.clone());
     let code = match server {
         Server::Remote(remote) => {
             sluice_mcp::run_upstream(proxy, remote).await?;

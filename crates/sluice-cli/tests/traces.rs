@@ -51,7 +51,10 @@ async fn sigterm_flushes_the_spans_still_queued() {
     let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(answer["results"][0]["status"], "ok", "{answer}");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(receiver.spans().is_empty(), "nothing leaves before the delay");
+    assert!(
+        receiver.spans().is_empty(),
+        "nothing leaves before the delay"
+    );
     sluice.terminate();
     let status = sluice.exited_within(Duration::from_secs(15));
     assert!(status.is_some_and(|status| status.success()), "{status:?}");

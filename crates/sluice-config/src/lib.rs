@@ -93,7 +93,8 @@ pub use server::{
 pub use shared::{DEFAULT_SHARED_TIMEOUT, SharedSettings};
 pub use sidecar::SidecarConfig;
 pub use telemetry::{
-    DEFAULT_EXPORT_INTERVAL, DEFAULT_SERVICE_NAME, RootSampler, Sampler, Telemetry, TelemetrySettings,
+    DEFAULT_EXPORT_INTERVAL, DEFAULT_SERVICE_NAME, RootSampler, Sampler, Telemetry,
+    TelemetrySettings,
 };
 pub use template::{FillError, Filled, PathTemplate, TemplateError};
 pub use tool::{ToolRequest, ToolSpec};

@@ -111,7 +111,9 @@ pub(crate) fn section(file: Option<&TelemetryFile>) -> Result<Telemetry, ConfigE
         return Ok(Telemetry::default());
     };
     let url = |text: &Option<String>, field: &str| {
-        text.as_deref().map(|text| http_url(text, field)).transpose()
+        text.as_deref()
+            .map(|text| http_url(text, field))
+            .transpose()
     };
     let telemetry = Telemetry {
         endpoint: url(&file.endpoint, "telemetry.endpoint")?,
@@ -155,7 +157,10 @@ fn resolve(file: &Telemetry, env: Env<'_>) -> Result<Option<TelemetrySettings>, 
     if var("OTEL_SDK_DISABLED").is_some_and(|value| value.trim().eq_ignore_ascii_case("true")) {
         return Ok(None);
     }
-    for name in ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"] {
+    for name in [
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ] {
         if let Some(protocol) = var(name) {
             if protocol.trim() != "http/protobuf" {
                 return Err(ConfigError::invalid(
@@ -282,7 +287,9 @@ fn headers(text: &str, field: &str) -> Result<Vec<(HeaderName, Secret)>, ConfigE
         })?;
         let value = percent_encoding::percent_decode_str(value.trim())
             .decode_utf8()
-            .map_err(|_| ConfigError::invalid(field, format!("the value of {name} is not UTF-8")))?;
+            .map_err(|_| {
+                ConfigError::invalid(field, format!("the value of {name} is not UTF-8"))
+            })?;
         if HeaderValue::from_str(&value).is_err() {
             return Err(ConfigError::invalid(
                 field,
@@ -323,7 +330,10 @@ mod tests {
     fn the_base_endpoint_gets_the_traces_path_and_the_signal_one_is_kept() {
         let base = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318/")];
         let settings = Telemetry::default().resolve(&env(&base)).unwrap().unwrap();
-        assert_eq!(settings.traces_endpoint.as_str(), "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(
+            settings.traces_endpoint.as_str(),
+            "http://127.0.0.1:4318/v1/traces"
+        );
         assert_eq!(settings.service_name, "sluice");
         assert_eq!(settings.sampler, Sampler::default());
         let both = [
@@ -341,7 +351,10 @@ mod tests {
         )
         .unwrap();
         let settings = telemetry.resolve(&env(&[])).unwrap().unwrap();
-        assert_eq!(settings.traces_endpoint.as_str(), "http://file:4318/v1/traces");
+        assert_eq!(
+            settings.traces_endpoint.as_str(),
+            "http://file:4318/v1/traces"
+        );
         assert_eq!(settings.service_name, "agents");
         assert_eq!(settings.sampler.root, RootSampler::AlwaysOff);
         assert!(!settings.sampler.parent_based);
@@ -363,10 +376,22 @@ mod tests {
     #[test]
     fn errors_name_the_field_or_the_variable() {
         let field = |toml: &str| file(toml).unwrap_err().field().map(str::to_owned);
-        assert_eq!(field("endpoint = \"redis://x\"").as_deref(), Some("telemetry.endpoint"));
-        assert_eq!(field("sampler = \"sometimes\"").as_deref(), Some("telemetry.sampler"));
-        assert_eq!(field("sampler_ratio = 2.0").as_deref(), Some("telemetry.sampler_ratio"));
-        assert_eq!(field("service_name = \" \"").as_deref(), Some("telemetry.service_name"));
+        assert_eq!(
+            field("endpoint = \"redis://x\"").as_deref(),
+            Some("telemetry.endpoint")
+        );
+        assert_eq!(
+            field("sampler = \"sometimes\"").as_deref(),
+            Some("telemetry.sampler")
+        );
+        assert_eq!(
+            field("sampler_ratio = 2.0").as_deref(),
+            Some("telemetry.sampler_ratio")
+        );
+        assert_eq!(
+            field("service_name = \" \"").as_deref(),
+            Some("telemetry.service_name")
+        );
         let variable = |vars: &[(&str, &str)]| {
             let error = Telemetry::default().resolve(&env(vars)).unwrap_err();
             error.field().map(str::to_owned)

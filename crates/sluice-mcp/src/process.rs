@@ -43,14 +43,7 @@ pub async fn run(proxy: Proxy, command: &Command) -> Result<ExitStatus, McpError
         source,
     })?;
     let signals = shutdown_signals()?;
-    supervise(
-        proxy,
-        command,
-        stdin,
-        tokio::io::stdout(),
-        signals,
-    )
-    .await
+    supervise(proxy, command, stdin, tokio::io::stdout(), signals).await
 }
 
 /// A signal this process was asked to stop with, to pass on to the server.

@@ -277,7 +277,8 @@ impl Router {
         // Kept for the span only when traces are on: no copy otherwise.
         // A string id is named without its quotes.
         let span_names = self.tracer.as_ref().map(|_| {
-            let id = serde_json::from_str::<String>(id.get()).unwrap_or_else(|_| id.get().to_owned());
+            let id =
+                serde_json::from_str::<String>(id.get()).unwrap_or_else(|_| id.get().to_owned());
             (tool.to_owned(), id)
         });
         let (routed, spend) = {

@@ -51,7 +51,12 @@ async fn a_call_joins_the_agent_s_trace_and_says_how_long_it_queued() {
     let second = h.server_gets().await;
     h.server_answers(&second, text("two")).await;
     let answers: Vec<Value> = vec![h.agent_gets().await, h.agent_gets().await];
-    assert!(answers.iter().all(|answer| answer["result"]["isError"] == false), "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|answer| answer["result"]["isError"] == false),
+        "{answers:?}"
+    );
     assert!(tracer.flush(Duration::from_secs(5)).await);
     let spans = receiver.spans();
     assert_eq!(spans.len(), 2, "{spans:#?}");
@@ -67,7 +72,9 @@ async fn a_call_joins_the_agent_s_trace_and_says_how_long_it_queued() {
         assert_eq!(span.attr("sluice.attempts"), Some(&json!(1)));
     }
     assert_eq!(span_of(&spans, "1").attr("sluice.wait_ms"), Some(&json!(0)));
-    let waited = span_of(&spans, "2").attr("sluice.wait_ms").and_then(Value::as_i64);
+    let waited = span_of(&spans, "2")
+        .attr("sluice.wait_ms")
+        .and_then(Value::as_i64);
     assert!(waited.is_some_and(|ms| ms >= 140), "{waited:?}");
 }
 
@@ -78,7 +85,8 @@ async fn a_shed_call_s_span_says_so_and_an_untraced_agent_starts_a_trace() {
     let config = "[credentials.api]\nrate = \"100/1s\"\nmax_in_flight = 1\nqueue = 0";
     let traced = tracer.clone();
     let mut h = Harness::start_with(config, move |proxy| proxy.trace(Some(traced)));
-    h.agent_sends(&support::call(json!("first"), "slow", json!({}))).await;
+    h.agent_sends(&support::call(json!("first"), "slow", json!({})))
+        .await;
     let first = h.server_gets().await;
     h.agent_sends(&traced_call(2, "slow")).await;
     let shed = h.agent_gets().await;
@@ -89,7 +97,10 @@ async fn a_shed_call_s_span_says_so_and_an_untraced_agent_starts_a_trace() {
     let spans = receiver.spans();
     let shed_span = span_of(&spans, "2");
     assert_eq!(shed_span.parent_span_id, AGENT);
-    assert_eq!(shed_span.attr("sluice.outcome"), Some(&json!("rate_limited")));
+    assert_eq!(
+        shed_span.attr("sluice.outcome"),
+        Some(&json!("rate_limited"))
+    );
     assert_eq!(shed_span.attr("sluice.reason"), Some(&json!("shed")));
     assert_eq!(shed_span.attr("sluice.attempts"), Some(&json!(0)));
     assert_eq!(

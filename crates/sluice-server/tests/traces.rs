@@ -27,9 +27,7 @@ fn traceparent() -> String {
 
 fn tracer(receiver: &OtlpReceiver) -> Arc<Tracer> {
     let endpoint = receiver.endpoint();
-    let env = move |name: &str| {
-        (name == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| endpoint.clone())
-    };
+    let env = move |name: &str| (name == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| endpoint.clone());
     let settings = Telemetry::default().resolve(&env).unwrap().unwrap();
     Tracer::start(&settings).unwrap()
 }
@@ -103,10 +101,15 @@ async fn a_turn_s_calls_join_the_caller_s_trace_and_say_why_one_was_deferred() {
     let deferred = named(&spans, "execute_tool get_ticket", Some("call_deferred"));
     assert_eq!(deferred.trace_id, TRACE);
     assert_eq!(deferred.parent_span_id, CALLER);
-    assert_eq!(deferred.attr("sluice.outcome"), Some(&json!("rate_limited")));
+    assert_eq!(
+        deferred.attr("sluice.outcome"),
+        Some(&json!("rate_limited"))
+    );
     assert_eq!(deferred.attr("sluice.reason"), Some(&json!("throttled")));
     assert_eq!(deferred.attr("sluice.attempts"), Some(&json!(0)));
-    let retry_after = deferred.attr("sluice.retry_after_ms").and_then(Value::as_i64);
+    let retry_after = deferred
+        .attr("sluice.retry_after_ms")
+        .and_then(Value::as_i64);
     assert_eq!(
         retry_after,
         results[1]["retry_after_ms"].as_i64(),
@@ -131,8 +134,9 @@ async fn a_turn_s_calls_join_the_caller_s_trace_and_say_why_one_was_deferred() {
     );
     // Spans went as OTLP/HTTP protobuf to the signal's path.
     let exports = receiver.exports();
-    assert!(exports.iter().all(|export| export.path == "/v1/traces"
-        && export.content_type == "application/x-protobuf"));
+    assert!(exports.iter().all(
+        |export| export.path == "/v1/traces" && export.content_type == "application/x-protobuf"
+    ));
 }
 
 /// A call that queued for the credential's one permit says how long.
@@ -158,7 +162,10 @@ async fn a_call_that_queued_for_a_permit_reports_its_wait() {
         {"id": "second", "tool": "get_ticket", "args": {"id": 2}},
     ]});
     let results = results(&send(&router, support::turn(&body)).await);
-    assert!(results.iter().all(|result| result["status"] == "ok"), "{results:?}");
+    assert!(
+        results.iter().all(|result| result["status"] == "ok"),
+        "{results:?}"
+    );
     assert!(tracer.flush(Duration::from_secs(5)).await);
     let spans = receiver.spans();
     let waits: Vec<i64> = ["first", "second"]
@@ -172,7 +179,10 @@ async fn a_call_that_queued_for_a_permit_reports_its_wait() {
     // One went at once; the other waited for the first's answer.
     assert_eq!(least, 0, "{waits:?}");
     let request = upstream.seen()[0].at;
-    assert!(most >= 100, "{waits:?} (the first answer took {request:?}+)");
+    assert!(
+        most >= 100,
+        "{waits:?} (the first answer took {request:?}+)"
+    );
     // Without a caller's context each call is the root of its own trace.
     let roots: Vec<&ReceivedSpan> = spans.iter().filter(|span| span.kind == 1).collect();
     assert!(roots.iter().all(|span| span.parent_span_id.is_empty()));
@@ -186,9 +196,13 @@ async fn a_proxied_request_joins_the_client_s_trace() {
     let receiver = OtlpReceiver::spawn().await;
     let upstream = Upstream::spawn(Fault::Ok).await;
     let tracer = tracer(&receiver);
-    let state = AppState::connect_traced(config(&upstream.url(), "", ""), Some(7), Some(tracer.clone()))
-        .await
-        .unwrap();
+    let state = AppState::connect_traced(
+        config(&upstream.url(), "", ""),
+        Some(7),
+        Some(tracer.clone()),
+    )
+    .await
+    .unwrap();
     let router = app(state);
     let request = Request::get("/proxy/support/api/v2/items/7")
         .header("traceparent", traceparent())
@@ -220,7 +234,9 @@ async fn a_proxied_request_joins_the_client_s_trace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_tracer_the_proxy_passes_the_client_s_traceparent_on() {
     let upstream = Upstream::spawn(Fault::Ok).await;
-    let router = app(AppState::connect(config(&upstream.url(), "", ""), Some(7)).await.unwrap());
+    let router = app(AppState::connect(config(&upstream.url(), "", ""), Some(7))
+        .await
+        .unwrap());
     let request = Request::get("/proxy/support/api/v2/items/7")
         .header("traceparent", traceparent())
         .body(Body::empty())

@@ -107,7 +107,9 @@ pub enum WaitKind {
     Rate,
     /// For a retry's jittered backoff.
     Backoff,
-    /// In a scope's admission queue, for a concurrency permit.
+    /// In a scope's admission queue, for a concurrency permit: reported
+    /// once the permit is granted, with the time spent queued (the others
+    /// are reported as the wait begins).
     Admission,
 }
 

@@ -161,7 +161,12 @@ impl HttpExecutor {
                 SendError::Request(message) => TransportError::other(message),
             });
         if let Some(span) = span {
-            span.end(answer.as_ref().ok().map(|(response, _)| response.status().as_u16()));
+            span.end(
+                answer
+                    .as_ref()
+                    .ok()
+                    .map(|(response, _)| response.status().as_u16()),
+            );
         }
         let (response, lease) = answer?;
         let (parts, mut body) = response.into_parts();

@@ -212,9 +212,9 @@ impl Summary {
         Summary {
             status: outcome.status(),
             reason,
-            retry_after_ms: outcome.retry_after().map(|wait| {
-                u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
-            }),
+            retry_after_ms: outcome
+                .retry_after()
+                .map(|wait| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
             coalesced,
             error,
         }

@@ -117,12 +117,9 @@ impl Tracer {
     /// shutdown calls it). False when they did not all leave in time.
     pub async fn flush(&self, within: Duration) -> bool {
         let (done, sent) = oneshot::channel();
-        let flushed = async {
-            self.queue.send(Message::Flush(done)).await.is_ok() && sent.await.is_ok()
-        };
-        tokio::time::timeout(within, flushed)
-            .await
-            .unwrap_or(false)
+        let flushed =
+            async { self.queue.send(Message::Flush(done)).await.is_ok() && sent.await.is_ok() };
+        tokio::time::timeout(within, flushed).await.unwrap_or(false)
     }
 }
 
@@ -147,9 +144,8 @@ impl Exporter {
             .map_err(|_| TraceError("the traces endpoint is not a valid URI".to_owned()))?;
         let mut headers = Vec::with_capacity(settings.headers.len());
         for (name, value) in &settings.headers {
-            let mut value = HeaderValue::from_str(value.expose()).map_err(|_| {
-                TraceError(format!("the value of the {name} header is not valid"))
-            })?;
+            let mut value = HeaderValue::from_str(value.expose())
+                .map_err(|_| TraceError(format!("the value of the {name} header is not valid")))?;
             value.set_sensitive(true);
             headers.push((name.clone(), value));
         }

@@ -81,11 +81,5 @@ pub async fn run_upstream(proxy: Proxy, remote: Remote) -> Result<(), McpError> 
         context: "cannot read standard input",
         source,
     })?;
-    run_remote(
-        proxy,
-        remote,
-        stdin,
-        tokio::io::stdout(),
-    )
-    .await
+    run_remote(proxy, remote, stdin, tokio::io::stdout()).await
 }
