@@ -3,6 +3,7 @@
 //! over OTLP/HTTP to a receiver started here, which decodes the protobuf
 //! with the generated OTLP messages; the upstream is told the CLIENT span
 //! is its parent.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
