@@ -12,6 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures_util::future::Either;
 use http::{HeaderValue, Method};
 use sluice::{Event, Observer, Outcome, WaitKind};
 
@@ -84,21 +85,24 @@ fn random_id<const N: usize>() -> [u8; N] {
 /// is given and samples it: a child of `parent` (the caller's
 /// `traceparent`), or the root of a new trace. `call_id` is the caller's
 /// id for the call (`gen_ai.tool.call.id`).
-pub async fn traced<F: Future>(
+///
+/// Not an `async fn`: without a span the call's own future is returned
+/// as it is (no allocation, no bytes added to the caller's future, which
+/// the sidecar's proxy keeps small); a traced call runs in a box.
+pub fn traced<'a, F: Future + 'a>(
     tracer: Option<&Arc<Tracer>>,
     parent: Option<TraceParent>,
-    tool: &str,
-    call_id: Option<&str>,
+    tool: &'a str,
+    call_id: Option<&'a str>,
     call: F,
-) -> F::Output {
+) -> impl Future<Output = F::Output> + use<'a, F> {
     let Some(tracer) = tracer else {
-        return call.await;
+        return Either::Left(call);
     };
     let trace_id = parent.map_or_else(random_id, |parent| parent.trace_id);
     if !tracer.sampled(parent.as_ref(), &trace_id) {
-        return call.await;
+        return Either::Left(call);
     }
-    let started = Started::now();
     let record = Box::new(Record {
         tracer: tracer.clone(),
         trace_id,
@@ -108,6 +112,24 @@ pub async fn traced<F: Future>(
         waited: Duration::ZERO,
         attempts: 0,
     });
+    let span = Spanned {
+        parent,
+        tool,
+        call_id,
+        started: Started::now(),
+    };
+    Either::Right(Box::pin(spanned(record, span, call)))
+}
+
+/// What a call's span is named and parented by.
+struct Spanned<'a> {
+    parent: Option<TraceParent>,
+    tool: &'a str,
+    call_id: Option<&'a str>,
+    started: Started,
+}
+
+async fn spanned<F: Future>(record: Box<Record>, span: Spanned<'_>, call: F) -> F::Output {
     let (output, record) = CALL
         .scope(RefCell::new(Some(record)), async {
             let output = call.await;
@@ -115,8 +137,8 @@ pub async fn traced<F: Future>(
         })
         .await;
     if let Some(record) = record {
-        let span = call_span(&record, parent, tool, call_id, started);
-        record.tracer.send(span);
+        let done = call_span(&record, span.parent, span.tool, span.call_id, span.started);
+        record.tracer.send(done);
     }
     output
 }
