@@ -24,8 +24,9 @@ use crate::progress::Watch;
 use crate::proxy::Proxy;
 use crate::reply;
 use crate::session_turn::SessionTurn;
+use crate::trace_meta::trace_parent;
 use sluice_http::scrub::Scrubber;
-use sluice_http::trace::{TraceParent, Tracer, traced};
+use sluice_http::trace::{Tracer, traced};
 
 /// Where a handled message's response goes.
 #[derive(Debug, Clone)]
@@ -78,26 +79,6 @@ pub(crate) struct Router {
     scrubber: Option<Arc<Scrubber>>,
     /// Where calls' spans go; `None` when traces are off.
     tracer: Option<Arc<Tracer>>,
-}
-
-/// `params._meta.traceparent` of a `tools/call`: the agent's span.
-#[derive(Deserialize)]
-struct TraceMeta<'a> {
-    #[serde(borrow, default, rename = "_meta")]
-    meta: Option<TraceMetaFields<'a>>,
-}
-
-#[derive(Deserialize)]
-struct TraceMetaFields<'a> {
-    #[serde(borrow, default)]
-    traceparent: Option<std::borrow::Cow<'a, str>>,
-}
-
-/// The agent's span, read only when traces are on.
-fn trace_parent(tracer: Option<&Arc<Tracer>>, params: &RawValue) -> Option<TraceParent> {
-    tracer?;
-    let meta = serde_json::from_str::<TraceMeta<'_>>(params.get()).ok()?;
-    TraceParent::parse(&meta.meta?.traceparent?)
 }
 
 /// `params` of `tools/call`: the name, and whether the agent speaks the
