@@ -13,6 +13,7 @@ mod inspect;
 mod logging;
 mod mcp;
 mod serve;
+mod telemetry;
 
 /// Backpressure for AI agents' parallel tool calls.
 #[derive(Debug, Parser)]

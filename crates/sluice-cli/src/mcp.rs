@@ -90,8 +90,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "shadow mode: decisions are recorded, and no call is delayed, shed or deferred"
         );
     }
+    let tracer = crate::telemetry::start(&config.telemetry)?;
     // Every secret is masked in what clients are sent (issue 19).
-    let proxy = Proxy::new(config.clone()).scrub_env_secrets();
+    let proxy = Proxy::new(config.clone())
+        .scrub_env_secrets()
+        .trace(tracer.clone());
     // SIGHUP never ends the proxy (its default action would): it reads the
     // file again and puts its limits in force for the calls that start
     // after, keeping what each window has spent (docs/operating.md#reload).
@@ -164,19 +167,22 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         stdout.flush()?;
         tracing::info!(addr = %local, auth = settings.auth_token.is_some(), "sluice mcp: clients connect at /mcp");
         sluice_mcp::serve_http(proxy, server, listener, settings, shutdown).await?;
+        crate::telemetry::flush(tracer.as_ref()).await;
         return Ok(ExitCode::SUCCESS);
     }
-    match server {
+    let code = match server {
         Server::Remote(remote) => {
             sluice_mcp::run_upstream(proxy, remote).await?;
-            Ok(ExitCode::SUCCESS)
+            ExitCode::SUCCESS
         }
         Server::Command(command) => {
             let status = sluice_mcp::run(proxy, &command).await?;
             // The server's status is ours: a client sees the same exit either way.
-            Ok(ExitCode::from(exit_code(status)))
+            ExitCode::from(exit_code(status))
         }
-    }
+    };
+    crate::telemetry::flush(tracer.as_ref()).await;
+    Ok(code)
 }
 
 #[cfg(test)]

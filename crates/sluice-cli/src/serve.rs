@@ -52,7 +52,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let credentials: Vec<String> = config.credentials.keys().cloned().collect();
     let tools = config.tools.len();
-    let state = AppState::connect(config, None)
+    let tracer = crate::telemetry::start(&config.telemetry)?;
+    let state = AppState::connect_traced(config, None, tracer.clone())
         .await
         .context("cannot start the sidecar")?;
     // SIGHUP and `POST /v1/reload` read the file again, with the same overrides.
@@ -100,6 +101,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
 
     serve_workers(listeners, state, shutdown).await?;
+    crate::telemetry::flush(tracer.as_ref()).await;
     tracing::info!("sidecar stopped");
     Ok(ExitCode::SUCCESS)
 }

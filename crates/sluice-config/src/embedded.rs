@@ -72,6 +72,8 @@ pub struct EmbeddedConfig {
     pub tools: BTreeMap<String, ToolSpec>,
     /// `[shared]`, if present.
     pub shared: Option<SharedSettings>,
+    /// `[telemetry]`; [`Telemetry::resolve`](crate::Telemetry::resolve) adds the `OTEL_*` variables.
+    pub telemetry: crate::Telemetry,
 }
 
 impl EmbeddedConfig {
@@ -140,6 +142,7 @@ fn build(file: File, env: Env<'_>) -> Result<EmbeddedConfig, ConfigError> {
     }
     let shared = file.shared.as_ref().map(shared::settings).transpose()?;
     shared::check_section(shared.as_ref(), &file.credentials)?;
+    let telemetry = crate::telemetry::section(file.telemetry.as_ref())?;
     // The engine checks what it owns (limits, defaults); its errors name the same fields.
     gate.validate()?;
     Ok(EmbeddedConfig {
@@ -147,6 +150,7 @@ fn build(file: File, env: Env<'_>) -> Result<EmbeddedConfig, ConfigError> {
         credentials,
         tools,
         shared,
+        telemetry,
     })
 }
 

@@ -26,6 +26,7 @@ pub(crate) struct File {
     pub(crate) tools: BTreeMap<String, ToolFile>,
     pub(crate) shared: Option<SharedFile>,
     pub(crate) mcp: Option<McpFile>,
+    pub(crate) telemetry: Option<TelemetryFile>,
 }
 
 /// `[server]`.
@@ -176,6 +177,17 @@ pub(crate) struct SharedFile {
     pub(crate) timeout: Option<String>,
     pub(crate) fallback_share: Option<f64>,
     pub(crate) tls_ca_file: Option<String>,
+}
+
+/// `[telemetry]`: where OpenTelemetry spans go (`telemetry.rs`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TelemetryFile {
+    pub(crate) endpoint: Option<String>,
+    pub(crate) traces_endpoint: Option<String>,
+    pub(crate) service_name: Option<String>,
+    pub(crate) sampler: Option<String>,
+    pub(crate) sampler_ratio: Option<f64>,
 }
 
 /// `[mcp]`: only `sluice mcp` reads it.

@@ -64,6 +64,7 @@ mod secret;
 mod server;
 mod shared;
 mod sidecar;
+mod telemetry;
 mod template;
 mod tool;
 mod upstream;
@@ -84,6 +85,10 @@ pub use server::{
 };
 pub use shared::{DEFAULT_SHARED_TIMEOUT, SharedSettings};
 pub use sidecar::SidecarConfig;
+pub use telemetry::{
+    DEFAULT_EXPORT_INTERVAL, DEFAULT_SERVICE_NAME, RootSampler, Sampler, Telemetry,
+    TelemetrySettings,
+};
 pub use template::{FillError, Filled, PathTemplate, TemplateError};
 pub use tool::{ToolRequest, ToolSpec};
 pub use upstream::{DEFAULT_AUTH_HEADER, DEFAULT_AUTH_PREFIX, Upstream};

@@ -15,6 +15,7 @@ use crate::limits::limits;
 use crate::secret::Env;
 use crate::server::{self, ServerSettings};
 use crate::shared::{self, SharedSettings};
+use crate::telemetry::{self, Telemetry};
 use crate::tool::{ToolSpec, sidecar_tool};
 use crate::upstream::{Upstream, upstream};
 use crate::{load, value};
@@ -57,6 +58,8 @@ pub struct SidecarConfig {
     pub tools: BTreeMap<String, ToolSpec>,
     /// `[shared]`, if present.
     pub shared: Option<SharedSettings>,
+    /// `[telemetry]`; [`Telemetry::resolve`] adds the `OTEL_*` variables.
+    pub telemetry: Telemetry,
 }
 
 impl SidecarConfig {
@@ -124,6 +127,7 @@ fn build(file: File, env: Env<'_>) -> Result<SidecarConfig, ConfigError> {
     }
     let shared = file.shared.as_ref().map(shared::settings).transpose()?;
     shared::check_section(shared.as_ref(), &file.credentials)?;
+    let telemetry = telemetry::section(file.telemetry.as_ref())?;
     // The engine checks what it owns (limits, defaults); its errors name the same fields.
     gate.validate()?;
     let config = SidecarConfig {
@@ -132,6 +136,7 @@ fn build(file: File, env: Env<'_>) -> Result<SidecarConfig, ConfigError> {
         credentials,
         tools,
         shared,
+        telemetry,
     };
     config.check_exposure()?;
     Ok(config)

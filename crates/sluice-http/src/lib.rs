@@ -34,6 +34,7 @@ mod serve;
 #[cfg(feature = "redis")]
 mod shared;
 mod tool_call;
+pub mod trace;
 
 pub use deadline::{Refused, call_deadline, client_deadline};
 pub use executor::{ClientError, HttpExecutor, UpstreamBody};

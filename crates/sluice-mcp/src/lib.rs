@@ -140,6 +140,7 @@ mod session_turn;
 mod shared;
 mod signals;
 mod stdin;
+mod trace_meta;
 
 // `sluice.toml` as this proxy reads it (sluice-config's MCP view).
 pub use error::McpError;

@@ -30,9 +30,9 @@ pub struct Command {
 /// it through `proxy`, and returns its exit status once it has exited. Its
 /// standard error is this process's.
 ///
-/// `sluice mcp` passes `Proxy::new(config).scrub_env_secrets()`: the
+/// `proxy` is `sluice mcp`'s: [`Proxy::scrub_env_secrets`] masks the
 /// secrets of [`sluice_config::McpConfig::scrubbed_secrets`] set in this process's
-/// environment are then masked in everything written to standard output.
+/// environment in everything written to standard output.
 ///
 /// SIGTERM and SIGINT to this process are passed on to the server, which
 /// then has `[mcp] shutdown_grace` to exit before it is killed; either way

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 use serde_json::value::RawValue;
 use sluice::scope::ScopeStatus;
-use sluice::{Event, Executor, Gate, Observer};
+use sluice::{Event, Executor, Gate, Observer, WaitKind};
 
 use crate::jsonrpc;
 use crate::outbox::Outbox;
@@ -208,9 +208,13 @@ pub(crate) struct ProgressObserver;
 
 impl Observer for ProgressObserver {
     fn observe(&self, event: &Event<'_>) {
-        let Event::Wait { wait, .. } = event else {
+        // A queue's wait is reported once it is over: nothing to announce.
+        let Event::Wait { wait, kind, .. } = event else {
             return;
         };
+        if *kind == WaitKind::Admission {
+            return;
+        }
         // Past the queue, short wait or not: this wait is the engine's to report.
         past_queue();
         if *wait <= MIN_WAIT {

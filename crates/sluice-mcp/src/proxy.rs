@@ -15,6 +15,7 @@ use crate::progress::ProgressObserver;
 use crate::router::{Router, Setup};
 use crate::signals::Detector;
 use sluice_http::scrub::Scrubber;
+use sluice_http::trace::{TraceObserver, Tracer};
 
 /// An MCP proxy over any pair of byte streams. [`crate::run`] wires it to
 /// a child process and this process's standard input and output.
@@ -48,6 +49,8 @@ pub struct Proxy {
     scrubber: Option<Arc<Scrubber>>,
     /// Swaps in new limits while it serves (`live.rs`).
     reloader: Reloader,
+    /// Where calls' spans go; `None` when traces are off.
+    tracer: Option<Arc<Tracer>>,
 }
 
 impl Proxy {
@@ -60,6 +63,7 @@ impl Proxy {
             detector,
             scrubber: None,
             reloader: Reloader::default(),
+            tracer: None,
         }
     }
 
@@ -92,6 +96,13 @@ impl Proxy {
     /// What reloads this proxy's limits once it serves (SIGHUP for `sluice mcp`).
     pub fn reloader(&self) -> Reloader {
         self.reloader.clone()
+    }
+
+    /// Sends each `tools/call`'s span to `tracer`, a child of the
+    /// request's `params._meta.traceparent` when it has one.
+    pub fn trace(mut self, tracer: Option<Arc<Tracer>>) -> Self {
+        self.tracer = tracer;
+        self
     }
 
     /// Seeds the gate's jitter and the proxy's ids (tests, reproducible runs).
@@ -161,8 +172,11 @@ impl Proxy {
     /// The gate every session of this proxy spends, as reloads replace it.
     pub(crate) async fn gate(&self) -> Result<Arc<LiveGate<ServerExecutor>>, McpError> {
         // Progress notifications for calls that wait (see `progress.rs`).
-        let mut builder = Gate::builder(self.config.gate.clone(), ServerExecutor)
-            .observer(Arc::new(ProgressObserver));
+        let mut builder = Gate::builder(self.config.gate.clone(), ServerExecutor);
+        let progress: Arc<dyn sluice::Observer> = Arc::new(ProgressObserver);
+        if let Some(observer) = TraceObserver::wrap(self.tracer.as_ref(), Some(progress)) {
+            builder = builder.observer(observer);
+        }
         if let Some(seed) = self.seed {
             builder = builder.seed(seed);
         }
@@ -217,6 +231,7 @@ impl Session {
             nonce: proxy.nonce(),
             detector: proxy.detector.clone(),
             scrubber: proxy.scrubber.clone(),
+            tracer: proxy.tracer.clone(),
         };
         Session(Arc::new(Router::new(
             gate, setup, to_agent, to_server, direct,

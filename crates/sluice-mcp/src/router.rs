@@ -25,7 +25,9 @@ use crate::progress::Watch;
 use crate::reply;
 use crate::session_turn::SessionTurn;
 use crate::signals::Detector;
+use crate::trace_meta::trace_parent;
 use sluice_http::scrub::Scrubber;
+use sluice_http::trace::{Tracer, traced};
 
 /// Where a handled message's response goes.
 #[derive(Debug, Clone)]
@@ -76,6 +78,8 @@ pub(crate) struct Router {
     serial: AtomicU64,
     /// Masks secrets in the server's lines this proxy logs.
     scrubber: Option<Arc<Scrubber>>,
+    /// Where calls' spans go; `None` when traces are off.
+    tracer: Option<Arc<Tracer>>,
 }
 
 /// `params` of `tools/call`: the name, and whether the agent speaks the
@@ -113,6 +117,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) nonce: u64,
     pub(crate) detector: Arc<Detector>,
     pub(crate) scrubber: Option<Arc<Scrubber>>,
+    /// Where calls' spans go; `None` when traces are off.
+    pub(crate) tracer: Option<Arc<Tracer>>,
 }
 
 impl Router {
@@ -150,6 +156,7 @@ impl Router {
             batch_waits: Mutex::new(HashMap::new()),
             serial: AtomicU64::new(0),
             scrubber: setup.scrubber,
+            tracer: setup.tracer,
         }
     }
 
@@ -260,6 +267,14 @@ impl Router {
     ) {
         let key = IdKey::of(id);
         let id_text = id.get().to_owned();
+        let parent = trace_parent(self.tracer.as_ref(), params);
+        // Kept for the span only when traces are on: no copy otherwise.
+        // A string id is named without its quotes.
+        let span_names = self.tracer.as_ref().map(|_| {
+            let id =
+                serde_json::from_str::<String>(id.get()).unwrap_or_else(|_| id.get().to_owned());
+            (tool.to_owned(), id)
+        });
         let (routed, spend) = {
             let catalog = self.catalog.lock();
             (catalog.routed(tool), catalog.spend(tool))
@@ -301,7 +316,13 @@ impl Router {
         // Held across the spawn, so the call's entry exists before its task can finish.
         let mut calls = self.calls.lock();
         let task = tokio::spawn(async move {
-            let completion = Watch::run(watch, membership.turn.complete(call)).await;
+            let tracer = router.tracer.as_ref();
+            let run = membership.turn.complete(call);
+            let (tool, call_id) = span_names
+                .as_ref()
+                .map_or(("", None), |(tool, id)| (tool.as_str(), Some(id.as_str())));
+            let traced = traced(tracer, parent, tool, call_id, run);
+            let completion = Watch::run(watch, traced).await;
             drop(membership);
             let message = reply::message(&id_text, &completion, form, router.deferral);
             {

@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use sluice::Gate;
 use sluice_config::{ConfigError, SidecarConfig};
 use sluice_http::scrub::Scrubber;
+use sluice_http::trace::{TraceObserver, Tracer};
 use sluice_http::{ClientError, HttpExecutor, redis_config};
 use sluice_redis::RedisBudget;
 
@@ -80,6 +81,8 @@ pub(crate) struct Inner {
     /// Proxy labels by credential, then by first path segment (`""`: none).
     /// foldhash: two look-ups per proxied request, on short keys.
     proxy_labels: Mutex<foldhash::HashMap<String, foldhash::HashMap<String, Arc<str>>>>,
+    /// Where calls' spans go; `None` when traces are off.
+    pub(crate) tracer: Option<Arc<Tracer>>,
     /// Set when the sidecar shuts down: endless responses (`/v1/events`) end.
     closing: tokio::sync::watch::Sender<bool>,
 }
@@ -89,18 +92,28 @@ impl AppState {
     /// Must run inside a tokio runtime (the engine reads tokio's clock).
     /// A configuration with shared credentials needs [`AppState::connect`].
     pub fn new(config: SidecarConfig) -> Result<Self, StartError> {
-        Self::build(config, None, None)
+        Self::build(config, None, None, None)
     }
 
     /// As [`AppState::new`], with the jitter seeded (tests, reproducible runs).
     pub fn with_seed(config: SidecarConfig, seed: u64) -> Result<Self, StartError> {
-        Self::build(config, Some(seed), None)
+        Self::build(config, Some(seed), None, None)
     }
 
     /// Builds the state, connecting to the shared backend (Redis) when a
     /// credential has `shared = true`. Redis being down is not an error:
     /// the backend starts in fallback and recovers by itself.
     pub async fn connect(config: SidecarConfig, seed: Option<u64>) -> Result<Self, StartError> {
+        Self::connect_traced(config, seed, None).await
+    }
+
+    /// As [`AppState::connect`], with each call's span sent to `tracer`
+    /// (the `traceparent` of `/v1/turns` and `/proxy` requests parents them).
+    pub async fn connect_traced(
+        config: SidecarConfig,
+        seed: Option<u64>,
+        tracer: Option<Arc<Tracer>>,
+    ) -> Result<Self, StartError> {
         let shared = match (
             &config.shared,
             config.credentials.values().any(|c| c.shared),
@@ -110,13 +123,14 @@ impl AppState {
             )),
             _ => None,
         };
-        Self::build(config, seed, shared)
+        Self::build(config, seed, shared, tracer)
     }
 
     fn build(
         config: SidecarConfig,
         seed: Option<u64>,
         shared: Option<Arc<RedisBudget>>,
+        tracer: Option<Arc<Tracer>>,
     ) -> Result<Self, StartError> {
         config.check_exposure()?;
         if shared.is_none()
@@ -135,7 +149,11 @@ impl AppState {
                 .iter()
                 .map(|(name, credential)| (name.as_str(), credential.enforce)),
         );
-        let mut builder = Gate::builder(config.gate.clone(), executor).observer(metrics.clone());
+        let mut builder = Gate::builder(config.gate.clone(), executor);
+        let observer: Arc<dyn sluice::Observer> = metrics.clone();
+        if let Some(observer) = TraceObserver::wrap(tracer.as_ref(), Some(observer)) {
+            builder = builder.observer(observer);
+        }
         if let Some(seed) = seed {
             builder = builder.seed(seed);
         }
@@ -161,6 +179,7 @@ impl AppState {
                 deadline_cap,
                 shared,
                 scrubber,
+                tracer,
                 proxy_labels: Mutex::new(foldhash::HashMap::default()),
                 closing: tokio::sync::watch::Sender::new(false),
             }),

@@ -5,6 +5,7 @@
 //! and the sidecar soak. Panics freely: it only runs in tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod otlp;
 mod prereq;
 mod process;
 mod procfs;
@@ -15,6 +16,7 @@ mod upstream;
 
 use std::net::TcpListener;
 
+pub use otlp::{Export, OtlpReceiver, ReceivedSpan};
 pub use prereq::{
     SETUP, missing_program, python, repo_root, require_program, test_venv, venv_install_command,
 };

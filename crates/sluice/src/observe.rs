@@ -107,6 +107,10 @@ pub enum WaitKind {
     Rate,
     /// For a retry's jittered backoff.
     Backoff,
+    /// In a scope's admission queue, for a concurrency permit: reported
+    /// once the permit is granted, with the time spent queued (the others
+    /// are reported as the wait begins).
+    Admission,
 }
 
 impl WaitKind {
@@ -115,6 +119,7 @@ impl WaitKind {
         match self {
             WaitKind::Rate => "rate",
             WaitKind::Backoff => "backoff",
+            WaitKind::Admission => "admission",
         }
     }
 }

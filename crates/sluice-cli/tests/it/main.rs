@@ -27,4 +27,5 @@ mod shadow_serve;
 mod shared_serve;
 mod soak;
 mod tls_upstream;
+mod traces;
 mod ui_browser;

@@ -94,6 +94,9 @@ pub struct McpConfig {
     /// `[shared]`: where the budgets of `shared = true` credentials live
     /// (Redis), as for the sidecar; `None` without the section.
     pub shared: Option<SharedSettings>,
+    /// `[telemetry]`; [`Telemetry::resolve`](crate::Telemetry::resolve)
+    /// adds the `OTEL_*` variables.
+    pub telemetry: crate::Telemetry,
     /// `[server]`, read only when `sluice mcp --listen` serves clients.
     pub(crate) server: ServerFile,
     /// Each credential's `secret_env`, by credential: scrubbed from what
@@ -204,6 +207,7 @@ fn build(file: File, credential: Option<&str>) -> Result<McpConfig, ConfigError>
     }
     let shared = file.shared.as_ref().map(shared::settings).transpose()?;
     shared::check_section(shared.as_ref(), &file.credentials)?;
+    let telemetry = crate::telemetry::section(file.telemetry.as_ref())?;
     gate.validate()?;
     let mut tools = BTreeMap::new();
     for (name, tool) in &file.tools {
@@ -285,6 +289,7 @@ fn build(file: File, credential: Option<&str>) -> Result<McpConfig, ConfigError>
         sessions,
         exposure,
         shared,
+        telemetry,
         server: file.server,
         secret_envs,
     })

@@ -62,19 +62,7 @@ impl std::fmt::Debug for Connector {
 
 impl Connector {
     pub(super) fn new() -> Result<Self, ClientError> {
-        let mut http = HttpConnector::new();
-        // The scheme is checked by the https wrapper; requests are small
-        // and latency matters more than packet count.
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let https = HttpsConnectorBuilder::new()
-            .with_provider_and_platform_verifier(provider)
-            .map_err(|error| ClientError(format!("TLS roots: {error}")))?
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        Ok(Connector(https))
+        https_connector().map(Connector)
     }
 
     /// A new connection to `origin`, its driving task spawned on this runtime.
@@ -92,6 +80,24 @@ impl Connector {
         });
         Ok(sender)
     }
+}
+
+/// TCP, and TLS for `https://` (rustls, the platform's roots): the
+/// upstreams' connections, and the trace exporter's.
+pub(crate) fn https_connector() -> Result<HttpsConnector<HttpConnector>, ClientError> {
+    let mut http = HttpConnector::new();
+    // The scheme is checked by the https wrapper; requests are small
+    // and latency matters more than packet count.
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let https = HttpsConnectorBuilder::new()
+        .with_provider_and_platform_verifier(provider)
+        .map_err(|error| ClientError(format!("TLS roots: {error}")))?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(https)
 }
 
 /// One connection not in use, and since when.

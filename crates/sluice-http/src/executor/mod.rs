@@ -8,4 +8,5 @@ mod send;
 
 pub use body::UpstreamBody;
 pub use client::ClientError;
+pub(crate) use client::https_connector;
 pub use send::HttpExecutor;

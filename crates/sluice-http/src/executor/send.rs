@@ -18,6 +18,7 @@ use url::Url;
 use super::body::{STREAM_PAST, UpstreamBody, body_matters, streams_at_once};
 use super::client::{ClientError, Connector, Pool, SendError};
 use crate::payload::Outbound;
+use crate::trace::{ClientSpan, TRACEPARENT};
 
 /// The largest upstream body read into memory; a larger one fails the
 /// attempt rather than the sidecar. 32 MiB covers any API's JSON page.
@@ -117,9 +118,9 @@ impl HttpExecutor {
             )));
         };
         let outbound = request.payload.request();
-        // Copied once, with room for the four below: a clone has none to
+        // Copied once, with room for the five below: a clone has none to
         // spare, and growing it afterwards re-indexes every header.
-        let mut headers = HeaderMap::with_capacity(outbound.headers.len() + 4);
+        let mut headers = HeaderMap::with_capacity(outbound.headers.len() + 5);
         headers.extend(
             outbound
                 .headers
@@ -136,6 +137,12 @@ impl HttpExecutor {
             .entry(ACCEPT)
             .or_insert_with(|| HeaderValue::from_static(ANY));
         headers.entry(HOST).or_insert_with(|| target.host.clone());
+        // A traced call's request is its CLIENT span, which the upstream
+        // is told is its parent (replacing a proxied client's own).
+        let span = ClientSpan::open(&outbound.method, &target.origin);
+        if let Some(span) = &span {
+            headers.insert(TRACEPARENT, span.traceparent());
+        }
         let mut sent = http::Request::new(Full::new(outbound.body.clone()));
         *sent.method_mut() = outbound.method.clone();
         // Origin-form, as HTTP/1 sends it to the origin itself: the
@@ -145,14 +152,23 @@ impl HttpExecutor {
         // The gate enforces the call's deadline: it drops this future when
         // the deadline passes, which cancels the request (and closes its
         // connection).
-        let (response, lease) = target
+        let answer = target
             .pool
             .send(&self.connector, &target.origin, sent)
             .await
             .map_err(|error| match error {
                 SendError::Connect(message) => TransportError::connect(message),
                 SendError::Request(message) => TransportError::other(message),
-            })?;
+            });
+        if let Some(span) = span {
+            span.end(
+                answer
+                    .as_ref()
+                    .ok()
+                    .map(|(response, _)| response.status().as_u16()),
+            );
+        }
+        let (response, lease) = answer?;
         let (parts, mut body) = response.into_parts();
         // A proxied answer to one client streams unless the signal reader
         // needs its body.

@@ -79,10 +79,8 @@ where
 }
 
 /// `sluice mcp --upstream URL`: this process's standard input and output
-/// proxied to the remote server ([`run_remote`]). `sluice mcp` passes
-/// `Proxy::new(config).scrub_env_secrets()`, so that the secrets of
-/// [`sluice_config::McpConfig::scrubbed_secrets`] set in this process's
-/// environment are masked in what is written to standard output.
+/// proxied to the remote server ([`run_remote`]) through `proxy`
+/// (`sluice mcp` scrubs with [`Proxy::scrub_env_secrets`]).
 pub async fn run_upstream(proxy: Proxy, remote: Remote) -> Result<(), McpError> {
     let stdin = crate::stdin::ThreadStdin::spawn().map_err(|source| McpError::Io {
         context: "cannot read standard input",

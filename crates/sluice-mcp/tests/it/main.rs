@@ -10,9 +10,11 @@ mod support;
 
 mod http;
 mod http_sessions;
+mod http_traces;
 mod process;
 mod proxy;
 mod rebinding;
 mod scrub;
 mod shared;
 mod signals;
+mod traces;

@@ -17,6 +17,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use percent_encoding::percent_decode_str;
 use sluice::{Call, Completion, Outcome, Priority, Route, Streaming};
 use sluice_http::scrub::Streamed;
+use sluice_http::trace::{TraceParent, traced};
 use sluice_http::{HttpRequest, Outbound, Refused, UpstreamBody, client_deadline, forward};
 
 use super::error::ApiError;
@@ -129,14 +130,17 @@ async fn proxy(state: &AppState, request: Request) -> Result<Response, ApiError>
     if let Some(priority) = priority {
         call = call.priority(priority);
     }
+    // Read only when traces are on: the client's span parents the call's.
+    let tracer = inner.tracer.as_ref();
+    let parent = tracer.and_then(|_| TraceParent::of_headers(&parts.headers));
     let completion = match turn_id.as_deref() {
         Some(id) => {
             let lease = inner.turn_registry.lease(Some(id), &inner.gate());
-            lease.turn.complete(call).await
+            traced(tracer, parent, &label, None, lease.turn.complete(call)).await
         }
         // A turn nothing else can join lives in the call's future, not in
         // an allocation of its own.
-        None => inner.gate().complete(call).await,
+        None => traced(tracer, parent, &label, None, inner.gate().complete(call)).await,
     };
     Ok(respond(completion, &method))
 }

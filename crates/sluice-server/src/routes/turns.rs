@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::error::Category;
 use serde_json::{Map, Value};
 use sluice::{Call, Outcome, Priority};
+use sluice_http::trace::{TraceParent, traced};
 use sluice_http::{Outbound, Refusal, ToolCall, tool_call};
 
 use super::error::ApiError;
@@ -56,6 +57,12 @@ struct TurnResponse<'a> {
 }
 
 pub(crate) async fn run_turn(State(state): State<AppState>, request: Request) -> Response {
+    // Read only when traces are on: the caller's span parents the calls'.
+    let parent = state
+        .inner
+        .tracer
+        .as_ref()
+        .and_then(|_| TraceParent::of_headers(request.headers()));
     let max = state.inner.config.server.max_body;
     let within = state.inner.config.gate.defaults.deadline;
     let body = match read_body(request.into_body(), max, within).await {
@@ -74,7 +81,11 @@ pub(crate) async fn run_turn(State(state): State<AppState>, request: Request) ->
         let engine_turn = &lease.turn;
         async move {
             match prepare(inner, call) {
-                Ok(prepared) => engine_turn.call(prepared).await,
+                Ok(prepared) => {
+                    let tracer = inner.tracer.as_ref();
+                    let run = engine_turn.call(prepared);
+                    traced(tracer, parent, &call.tool, Some(&call.id), run).await
+                }
                 Err(outcome) => outcome,
             }
         }

@@ -24,5 +24,6 @@ mod security;
 mod shadow;
 mod shutdown;
 mod streaming;
+mod traces;
 mod turns;
 mod ui;

@@ -10,6 +10,7 @@ use crate::config::Priority;
 use crate::engine::Engine;
 use crate::executor::Executor;
 use crate::limiter::Micros;
+use crate::observe::{Event, WaitKind};
 use crate::outcome::Outcome;
 use crate::pipeline::job::Job;
 use crate::scope::{AdmittedNow, Permit, Scope};
@@ -31,6 +32,24 @@ pub(super) fn admit<'s, E: Executor>(
     clock: &mut (Instant, Micros),
 ) -> Pin<Box<impl Future<Output = Admitted<'s>>>> {
     Box::pin(queue(engine, job, primary, group, clock))
+}
+
+/// A call that waited in `scope`'s queue reads the clock again, and the
+/// wait is reported (a trace tells why a call was slow).
+fn queued<E: Executor>(
+    engine: &Engine<E>,
+    job: &Job<'_, E::Payload>,
+    scope: &Scope,
+    clock: &mut (Instant, Micros),
+) {
+    let since = clock.0;
+    *clock = engine.clock();
+    engine.observe(Event::Wait {
+        credential: &job.credential.name,
+        scope: &scope.name,
+        wait: clock.0.saturating_duration_since(since),
+        kind: WaitKind::Admission,
+    });
 }
 
 /// What [`admit`] gives a call: the group's permit, if it has a group,
@@ -57,7 +76,7 @@ async fn queue<'s, E: Executor>(
                 )
                 .await?;
             if admitted.queued {
-                *clock = engine.clock();
+                queued(engine, job, scope, clock);
             }
             admitted.permit
         }
@@ -76,7 +95,7 @@ async fn queue<'s, E: Executor>(
         )
         .await?;
     if admitted.queued {
-        *clock = engine.clock();
+        queued(engine, job, primary, clock);
     }
     Ok((
         group_permit,

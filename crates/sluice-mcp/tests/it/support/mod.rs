@@ -27,15 +27,18 @@ pub struct Harness {
 impl Harness {
     /// A proxy for this configuration, with the proxy's credential chosen as the file says.
     pub fn start(toml: &str) -> Self {
+        Self::start_with(toml, |proxy| proxy)
+    }
+
+    /// As [`Harness::start`], with the proxy adjusted (a tracer, say).
+    pub fn start_with(toml: &str, adjust: impl FnOnce(Proxy) -> Proxy) -> Self {
         let config = McpConfig::from_toml(toml, None).expect("valid test configuration");
         let (agent, agent_side) = tokio::io::duplex(1 << 20);
         let (server, server_side) = tokio::io::duplex(1 << 20);
         let (agent_in, agent_out) = tokio::io::split(agent_side);
         let (server_out, server_in) = tokio::io::split(server_side);
         let serving = tokio::spawn(
-            Proxy::new(config)
-                .seed(7)
-                .serve(agent_in, agent_out, server_in, server_out),
+            adjust(Proxy::new(config).seed(7)).serve(agent_in, agent_out, server_in, server_out),
         );
         let (agent_reads, agent_writes) = tokio::io::split(agent);
         let (server_reads, server_writes) = tokio::io::split(server);
