@@ -10,8 +10,8 @@ use crate::config::Priority;
 use crate::engine::{Credential, Engine};
 use crate::limiter::Micros;
 use crate::pipeline::job::Job;
-use crate::scope::{GrantHome, Holding, Scope, ScopeRef, Seats, Ticket};
 use crate::priority_seats::Seated as _;
+use crate::scope::{GrantHome, Holding, Scope, ScopeRef, Seats, Ticket};
 use crate::shared::SharedBudget;
 
 /// Room a true-up frees goes first to the calls already waiting on starts

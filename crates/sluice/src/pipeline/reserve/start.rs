@@ -16,8 +16,8 @@ use crate::observe::{Event, WaitKind};
 use crate::outcome::{Outcome, Reason};
 use crate::pipeline::holds;
 use crate::pipeline::job::Job;
-use crate::scope::{Scope, ScopeRef};
 use crate::priority_seats::Stood;
+use crate::scope::{Scope, ScopeRef};
 
 /// Rounds of re-reserving after penalties voided waiting reservations. The
 /// inline budget bounds the time spent; this only guards against spinning.
