@@ -91,9 +91,10 @@ impl Reloader {
         }
     }
 
-    /// Applies `config`'s limits to calls that start from now on; see the
-    /// [module docs](self). The error names the field at fault; the limits
-    /// in force are then unchanged.
+    /// Applies `config`'s limits to calls that start from now on, keeping
+    /// what each window has spent and the calls in flight and waiting
+    /// (docs/operating.md, "Reload"). The error names the field at fault;
+    /// the limits in force are then unchanged.
     pub fn reload(&self, config: McpConfig) -> Result<(), ConfigError> {
         let mut in_force = self.inner.config.lock();
         let (Some(live), Some(old)) = (self.inner.live.get(), in_force.as_ref()) else {

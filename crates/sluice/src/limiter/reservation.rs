@@ -2,6 +2,8 @@
 
 use super::Micros;
 use super::gcra::GcraUndo;
+#[cfg(doc)]
+use super::LimiterCell;
 
 /// A reservation for a start slot.
 ///
