@@ -16,7 +16,7 @@ use sluice::{Call, Completion, Outcome, Route};
 use sluice_config::Upstream;
 
 use crate::executor::{Payload, outcome_of};
-use crate::gate::GateState;
+use crate::state::GateState;
 use crate::turn::{deadline, outcome_json, with_deadline};
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) and the ones the executor sets

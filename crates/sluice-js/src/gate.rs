@@ -2,7 +2,6 @@
 //! schema, as JSON text or TOML text), over the JavaScript executor, with
 //! the Redis budget when a credential is `shared`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::{HttpExecutor, redis_config};
@@ -10,22 +9,14 @@ use napi::bindgen_prelude::{Either, PromiseRaw, block_on, within_runtime_if_avai
 use napi::{Env, Error, Status};
 use napi_derive::napi;
 use sluice::Gate;
-use sluice_config::{ConfigError, EmbeddedConfig, ToolSpec, Upstream};
+use sluice_config::{ConfigError, EmbeddedConfig};
 use sluice_redis::RedisBudget;
 
 use crate::cancel::{Canceller, aborted_of, cancellable};
 use crate::executor::JsExecutor;
 use crate::fetch::{FetchAnswer, FetchRequest, fetch_answer, fetch_call};
+use crate::state::GateState;
 use crate::turn::TurnCore;
-
-/// What a gate and its turns share.
-pub(crate) struct GateState {
-    pub(crate) gate: Gate<JsExecutor>,
-    pub(crate) tools: BTreeMap<String, ToolSpec>,
-    pub(crate) upstreams: BTreeMap<String, Upstream>,
-    /// Kept for the gate's life: the shared budget's connection and tasks.
-    _budget: Option<Arc<RedisBudget>>,
-}
 
 /// A configuration refused: `js/lib/errors.js` makes it a `ConfigError`.
 #[napi(object)]

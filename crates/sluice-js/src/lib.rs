@@ -34,6 +34,7 @@ mod fake;
 mod fetch;
 mod gate;
 mod order;
+mod state;
 mod turn;
 
 // What JavaScript sees (`js/sluice.node`), named here so the Rust side of

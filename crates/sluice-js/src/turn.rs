@@ -17,8 +17,8 @@ use sluice_config::MAX_DURATION;
 
 use crate::cancel::{Canceller, aborted_of, cancellable};
 use crate::executor::{JsExecutor, JsWork, Payload, Start, outcome_of};
-use crate::gate::GateState;
 use crate::order::Ordered;
+use crate::state::GateState;
 
 /// A call ready to run, or the outcome that answers it without sending.
 type Ready = Result<Call<Payload>, Outcome>;

@@ -2,14 +2,13 @@
 //! sluice.toml's schema, or TOML text), over the Python executor, with the
 //! Redis budget when a credential is `shared`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use sluice::Gate;
-use sluice_config::{ConfigError, EmbeddedConfig, ToolSpec, Upstream};
+use sluice_config::{ConfigError, EmbeddedConfig};
 use sluice_http::{HttpExecutor, redis_config};
 use sluice_redis::RedisBudget;
 
@@ -17,16 +16,8 @@ use crate::convert::to_json;
 use crate::errors::{config_error, guard, internal};
 use crate::executor::PyExecutor;
 use crate::runtime;
+use crate::state::GateState;
 use crate::turn::TurnCore;
-
-/// What a gate and its turns share.
-pub(crate) struct GateState {
-    pub(crate) gate: Gate<PyExecutor>,
-    pub(crate) tools: BTreeMap<String, ToolSpec>,
-    pub(crate) upstreams: BTreeMap<String, Upstream>,
-    /// Kept for the gate's life: the shared budget's connection and tasks.
-    _budget: Option<Arc<RedisBudget>>,
-}
 
 /// The engine's gate; `sluice.Gate` wraps it.
 #[pyclass(module = "sluice._sluice", frozen)]

@@ -30,6 +30,7 @@ mod fake;
 mod gate;
 mod outcome;
 mod runtime;
+mod state;
 mod turn;
 
 use pyo3::prelude::*;

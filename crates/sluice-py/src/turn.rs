@@ -23,8 +23,8 @@ use crate::bridge::{Answer, BoxFuture, Pending, block_on};
 use crate::convert::to_json;
 use crate::errors::guard;
 use crate::executor::{Payload, PyExecutor, PyWork, outcome_of};
-use crate::gate::GateState;
 use crate::outcome::PyOutcome;
+use crate::state::GateState;
 
 /// A call ready to run, or the outcome that answers it without sending.
 type Ready = Result<Call<Payload>, Outcome>;
