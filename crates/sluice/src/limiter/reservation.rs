@@ -1,9 +1,9 @@
 //! A reservation for a start slot: when it may start, what it spends, and what undoes it.
 
-use super::Micros;
-use super::gcra::GcraUndo;
 #[cfg(doc)]
 use super::LimiterCell;
+use super::Micros;
+use super::gcra::GcraUndo;
 
 /// A reservation for a start slot.
 ///
