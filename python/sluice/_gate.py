@@ -4,6 +4,7 @@ function tools and the turn a ``with turn:`` block makes current."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextvars
 import inspect
@@ -23,7 +24,7 @@ from typing import (
     Union,
 )
 
-from . import _attempt
+from . import _attempt, _otel, _sluice
 from ._sluice import GateCore, Outcome, Prepared
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -31,6 +32,12 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 # Past this a deadline is certainly longer than the engine allows (a week):
 # the call is answered with an `error` outcome saying so.
 _MAX_MS = 2**63
+
+# How long the interpreter's exit waits for the last spans (as the sidecar
+# waits on SIGTERM): a collector that does not answer never holds it longer.
+_EXIT_FLUSH_S = 5.0
+
+atexit.register(_sluice._flush_traces, _EXIT_FLUSH_S)
 
 _current_turn: "contextvars.ContextVar[Optional[Turn]]" = contextvars.ContextVar(
     "sluice_current_turn", default=None
@@ -119,6 +126,7 @@ class Gate:
         if isinstance(config, Mapping) and not isinstance(config, dict):
             config = dict(config)
         self._core = GateCore(config, seed)
+        self._traced: bool = self._core.traced()
         self._credentials: FrozenSet[str] = frozenset(self._core.credentials())
         self._configured: FrozenSet[str] = frozenset(self._core.tools())
         self._functions: Dict[str, FunctionTool] = {}
@@ -146,6 +154,18 @@ class Gate:
     def in_flight(self, credential: str) -> int:
         """Requests in flight on a credential's own scope right now."""
         return self._core.in_flight(credential)
+
+    def flush_traces(self, timeout_s: float = 5.0) -> bool:
+        """Sends the spans this gate's calls left (when its configuration
+        turns traces on), waiting at most ``timeout_s`` seconds. False when
+        they did not all leave in time. The interpreter's exit does this
+        for every gate by itself."""
+        return self._core.flush_traces(float(timeout_s))
+
+    def _traceparent(self) -> Optional[str]:
+        """The current OpenTelemetry span's ``traceparent``, which a traced
+        call joins; not looked up when this gate does not trace."""
+        return _otel.traceparent() if self._traced else None
 
     def tool(
         self,
@@ -228,20 +248,22 @@ class Turn:
     ) -> Awaitable[Outcome]:
         """Runs one call in this turn; await it for its :class:`Outcome`.
         ``deadline_ms`` overrides the tool's deadline."""
-        return self._core.run(self._prepare(tool, args, deadline_ms))
+        return self._core.run(self._prepare(tool, args, deadline_ms), self._gate._traceparent())
 
     def execute(self, calls: Iterable[Call]) -> Awaitable[List[Outcome]]:
         """Runs calls concurrently; await it for one :class:`Outcome` per call, in order."""
         prepared = [self._prepare(c.tool, c.args, c.deadline_ms) for c in _calls(calls)]
-        return self._core.run_all(prepared)
+        return self._core.run_all(prepared, self._gate._traceparent())
 
     def execute_sync(self, calls: Iterable[Call]) -> List[Outcome]:
         """:meth:`execute` from synchronous code: on an event loop of its
         own (on another thread if one is running on this one)."""
         prepared = [self._prepare(c.tool, c.args, c.deadline_ms) for c in _calls(calls)]
+        # Read here: the loop below may run on another thread.
+        traceparent = self._gate._traceparent()
 
         async def run() -> List[Outcome]:
-            return await self._core.run_all(prepared)
+            return await self._core.run_all(prepared, traceparent)
 
         try:
             asyncio.get_running_loop()

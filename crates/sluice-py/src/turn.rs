@@ -17,6 +17,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 use serde_json::{Map, Value};
 use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
 use sluice_config::MAX_DURATION;
+use sluice_http::trace::{TraceParent, traced};
 use sluice_http::{HttpRequest, Outbound, ToolCall, Url, call_deadline, tool_call};
 
 use crate::bridge::{Answer, BoxFuture, Pending, block_on};
@@ -32,12 +33,15 @@ type Ready = Result<Call<Payload>, Outcome>;
 /// One call, prepared: run it once.
 #[pyclass(module = "sluice._sluice", frozen)]
 pub(crate) struct Prepared {
+    /// What its span is named after (`execute_tool {tool}`).
+    tool: String,
     call: Mutex<Option<Ready>>,
 }
 
 impl Prepared {
-    fn new(ready: Ready) -> Self {
+    fn new(tool: &str, ready: Ready) -> Self {
         Prepared {
+            tool: tool.to_owned(),
             call: Mutex::new(Some(ready)),
         }
     }
@@ -63,14 +67,31 @@ impl TurnCore {
         TurnCore { state, turn }
     }
 
-    fn complete(&self, ready: Ready) -> impl Future<Output = Completion> + Send + 'static {
+    /// Runs `prepared` inside its span when the gate traces calls: a
+    /// child of `traceparent` (the caller's current OpenTelemetry span),
+    /// as the sidecar parents a call by its request's header.
+    fn complete(
+        &self,
+        prepared: &Prepared,
+        traceparent: Option<&str>,
+    ) -> PyResult<impl Future<Output = Completion> + Send + 'static> {
+        let ready = prepared.take()?;
+        let tool = prepared.tool.clone();
+        let tracer = self.state.tracer.clone();
+        let parent = tracer
+            .as_ref()
+            .and(traceparent)
+            .and_then(TraceParent::parse);
         let turn = self.turn.clone();
-        async move {
-            match ready {
-                Ok(call) => turn.complete(call).await,
-                Err(outcome) => Completion::from(outcome),
-            }
-        }
+        Ok(async move {
+            let call = async move {
+                match ready {
+                    Ok(call) => turn.complete(call).await,
+                    Err(outcome) => Completion::from(outcome),
+                }
+            };
+            traced(tracer.as_ref(), parent, &tool, None, call).await
+        })
     }
 }
 
@@ -162,7 +183,7 @@ impl TurnCore {
                 }
                 Err(refusal) => Err(refusal.outcome),
             };
-            Ok(Prepared::new(ready))
+            Ok(Prepared::new(tool, ready))
         })
     }
 
@@ -183,7 +204,7 @@ impl TurnCore {
         guard(|| {
             let deadline = match deadline(label, deadline_ms) {
                 Ok(deadline) => deadline,
-                Err(outcome) => return Ok(Prepared::new(Err(outcome))),
+                Err(outcome) => return Ok(Prepared::new(label, Err(outcome))),
             };
             // Only a read is coalesced: only its arguments' identity matters.
             let key = if read {
@@ -206,7 +227,7 @@ impl TurnCore {
                 blocking: false,
             };
             let call = Call::routed(label, route, Payload::Python(work));
-            Ok(Prepared::new(Ok(with_deadline(call, deadline))))
+            Ok(Prepared::new(label, Ok(with_deadline(call, deadline))))
         })
     }
 
@@ -229,7 +250,7 @@ impl TurnCore {
         guard(|| {
             let deadline = match deadline(label, deadline_ms) {
                 Ok(deadline) => deadline,
-                Err(outcome) => return Ok(Prepared::new(Err(outcome))),
+                Err(outcome) => return Ok(Prepared::new(label, Err(outcome))),
             };
             let method = Method::from_bytes(method.as_bytes())
                 .map_err(|_| PyValueError::new_err(format!("invalid HTTP method {method:?}")))?;
@@ -274,14 +295,16 @@ impl TurnCore {
                 blocking,
             };
             let call = Call::routed(label, route, Payload::Python(work));
-            Ok(Prepared::new(Ok(with_deadline(call, deadline))))
+            Ok(Prepared::new(label, Ok(with_deadline(call, deadline))))
         })
     }
 
-    /// Runs one call: awaits to its `Outcome`.
-    fn run(&self, prepared: &Prepared) -> PyResult<Pending> {
+    /// Runs one call: awaits to its `Outcome`. `traceparent` is the
+    /// caller's current span, which the call's span joins.
+    #[pyo3(signature = (prepared, traceparent=None))]
+    fn run(&self, prepared: &Prepared, traceparent: Option<&str>) -> PyResult<Pending> {
         guard(|| {
-            let completion = self.complete(prepared.take()?);
+            let completion = self.complete(prepared, traceparent)?;
             Ok(pending(async move {
                 let completion = completion.await;
                 Box::new(move |py: Python<'_>| outcome(py, &completion)) as Answer
@@ -290,11 +313,16 @@ impl TurnCore {
     }
 
     /// Runs calls concurrently: awaits to one `Outcome` per call, in order.
-    fn run_all(&self, prepared: Vec<PyRef<'_, Prepared>>) -> PyResult<Pending> {
+    #[pyo3(signature = (prepared, traceparent=None))]
+    fn run_all(
+        &self,
+        prepared: Vec<PyRef<'_, Prepared>>,
+        traceparent: Option<&str>,
+    ) -> PyResult<Pending> {
         guard(|| {
             let mut calls = Vec::with_capacity(prepared.len());
             for one in &prepared {
-                calls.push(self.complete(one.take()?));
+                calls.push(self.complete(one, traceparent)?);
             }
             Ok(pending(async move {
                 let completions = join_all(calls).await;
@@ -310,9 +338,10 @@ impl TurnCore {
     }
 
     /// Runs a transport request: awaits to `(Outcome, response)` (see `request_answer`).
-    fn run_request(&self, prepared: &Prepared) -> PyResult<Pending> {
+    #[pyo3(signature = (prepared, traceparent=None))]
+    fn run_request(&self, prepared: &Prepared, traceparent: Option<&str>) -> PyResult<Pending> {
         guard(|| {
-            let completion = self.complete(prepared.take()?);
+            let completion = self.complete(prepared, traceparent)?;
             Ok(pending(async move {
                 let completion = completion.await;
                 Box::new(move |py: Python<'_>| request_answer(py, &completion)) as Answer
@@ -321,9 +350,15 @@ impl TurnCore {
     }
 
     /// [`TurnCore::run_request`] from synchronous code, blocking this thread.
-    fn run_request_blocking(&self, py: Python<'_>, prepared: &Prepared) -> PyResult<Py<PyAny>> {
+    #[pyo3(signature = (prepared, traceparent=None))]
+    fn run_request_blocking(
+        &self,
+        py: Python<'_>,
+        prepared: &Prepared,
+        traceparent: Option<&str>,
+    ) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let completion = self.complete(prepared.take()?);
+            let completion = self.complete(prepared, traceparent)?;
             let future: BoxFuture = Box::pin(async move {
                 let completion = completion.await;
                 Box::new(move |py: Python<'_>| request_answer(py, &completion)) as Answer

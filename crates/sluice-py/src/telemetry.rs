@@ -1,0 +1,68 @@
+//! Traces from Python: each gate whose configuration turns them on (its
+//! `[telemetry]` section or the `OTEL_*` variables, read as the sidecar
+//! reads them) gets its own exporter; every live one is flushed at
+//! interpreter exit, waiting a bounded time.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use sluice_config::{ConfigError, Telemetry};
+use sluice_http::trace::Tracer;
+
+use crate::errors::config_error;
+use crate::runtime;
+
+/// The exporters of the gates alive, for the flush at exit. Weak: a
+/// dropped gate's exporter sends what it holds and ends by itself.
+static TRACERS: Mutex<Vec<Weak<Tracer>>> = Mutex::new(Vec::new());
+
+/// The longest a flush may wait: a collector that does not answer never
+/// holds the interpreter longer than this.
+const MAX_FLUSH: Duration = Duration::from_secs(30);
+
+/// The tracer `telemetry` and the environment ask for, or `None` when
+/// traces are off.
+pub(crate) fn start(telemetry: &Telemetry) -> PyResult<Option<Arc<Tracer>>> {
+    let settings = telemetry
+        .resolve(&|name| std::env::var(name).ok())
+        .map_err(|error| config_error(&error))?;
+    let Some(settings) = settings else {
+        return Ok(None);
+    };
+    let tracer = Tracer::start(&settings)
+        .map_err(|error| config_error(&ConfigError::invalid("telemetry", error.to_string())))?;
+    let mut tracers = TRACERS.lock();
+    tracers.retain(|tracer| tracer.strong_count() > 0);
+    tracers.push(Arc::downgrade(&tracer));
+    Ok(Some(tracer))
+}
+
+/// Sends the spans `tracers` still hold, waiting at most `timeout_s`
+/// seconds in all (capped at [`MAX_FLUSH`]), with the GIL released. False
+/// when some did not leave in time.
+pub(crate) fn flush(py: Python<'_>, tracers: &[Arc<Tracer>], timeout_s: f64) -> PyResult<bool> {
+    if tracers.is_empty() {
+        return Ok(true);
+    }
+    let runtime = runtime::runtime()?;
+    // NaN and negative waits are no wait; too long (or infinite) is the cap.
+    let within = if timeout_s > 0.0 {
+        Duration::try_from_secs_f64(timeout_s).map_or(MAX_FLUSH, |wait| wait.min(MAX_FLUSH))
+    } else {
+        Duration::ZERO
+    };
+    Ok(py.detach(|| {
+        runtime.block_on(async {
+            let all =
+                futures_util::future::join_all(tracers.iter().map(|tracer| tracer.flush(within)));
+            all.await.into_iter().all(|flushed| flushed)
+        })
+    }))
+}
+
+/// Every live gate's exporter: what the flush at exit sends.
+pub(crate) fn live() -> Vec<Arc<Tracer>> {
+    TRACERS.lock().iter().filter_map(Weak::upgrade).collect()
+}
