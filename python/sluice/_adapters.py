@@ -112,7 +112,7 @@ async def call(
         _deadline(deadline_ms),
         partial(_attempt.start_tool, attempt, None),
     )
-    outcome: Outcome = await core.run(prepared, turn.gate._traceparent())
+    outcome: Outcome = await core.run(prepared)
     if box.raised is not None:
         raise box.raised
     if outcome.status != "ok":

@@ -24,7 +24,7 @@ from typing import (
     Union,
 )
 
-from . import _attempt, _otel, _sluice
+from . import _attempt, _sluice
 from ._sluice import GateCore, Outcome, Prepared
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -126,7 +126,6 @@ class Gate:
         if isinstance(config, Mapping) and not isinstance(config, dict):
             config = dict(config)
         self._core = GateCore(config, seed)
-        self._traced: bool = self._core.traced()
         self._credentials: FrozenSet[str] = frozenset(self._core.credentials())
         self._configured: FrozenSet[str] = frozenset(self._core.tools())
         self._functions: Dict[str, FunctionTool] = {}
@@ -161,11 +160,6 @@ class Gate:
         they did not all leave in time. The interpreter's exit does this
         for every gate by itself."""
         return self._core.flush_traces(float(timeout_s))
-
-    def _traceparent(self) -> Optional[str]:
-        """The current OpenTelemetry span's ``traceparent``, which a traced
-        call joins; not looked up when this gate does not trace."""
-        return _otel.traceparent() if self._traced else None
 
     def tool(
         self,
@@ -248,22 +242,20 @@ class Turn:
     ) -> Awaitable[Outcome]:
         """Runs one call in this turn; await it for its :class:`Outcome`.
         ``deadline_ms`` overrides the tool's deadline."""
-        return self._core.run(self._prepare(tool, args, deadline_ms), self._gate._traceparent())
+        return self._core.run(self._prepare(tool, args, deadline_ms))
 
     def execute(self, calls: Iterable[Call]) -> Awaitable[List[Outcome]]:
         """Runs calls concurrently; await it for one :class:`Outcome` per call, in order."""
         prepared = [self._prepare(c.tool, c.args, c.deadline_ms) for c in _calls(calls)]
-        return self._core.run_all(prepared, self._gate._traceparent())
+        return self._core.run_all(prepared)
 
     def execute_sync(self, calls: Iterable[Call]) -> List[Outcome]:
         """:meth:`execute` from synchronous code: on an event loop of its
         own (on another thread if one is running on this one)."""
         prepared = [self._prepare(c.tool, c.args, c.deadline_ms) for c in _calls(calls)]
-        # Read here: the loop below may run on another thread.
-        traceparent = self._gate._traceparent()
 
         async def run() -> List[Outcome]:
-            return await self._core.run_all(prepared, traceparent)
+            return await self._core.run_all(prepared)
 
         try:
             asyncio.get_running_loop()

@@ -1,9 +1,11 @@
 """The caller's current OpenTelemetry span, as a W3C ``traceparent`` for
-the engine: a traced call's span becomes its child.
+the engine: a traced call's span becomes its child. The native module
+asks for it when a call of a gate that traces starts; an untraced gate
+never does.
 
 opentelemetry is never imported here: if the program has not imported
 ``opentelemetry.trace``, no span of its can be current, so a program
-without it pays one dictionary look-up per call and nothing else."""
+without it pays one dictionary look-up per traced call and nothing else."""
 
 from __future__ import annotations
 

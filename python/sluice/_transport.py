@@ -129,7 +129,7 @@ async def handle_async(route: Route, module: Any, inner: Any, request: Any) -> A
     # One attempt: a task on the running loop.
     start = partial(_attempt.start_send, inner, request, attempts)
     turn = route.turn()
-    answer = await turn.run_request(route.prepare(turn, request, start, False), route.gate._traceparent())
+    answer = await turn.run_request(route.prepare(turn, request, start, False))
     return finish(module, request, answer, attempts)
 
 
@@ -139,7 +139,7 @@ def handle_sync(route: Route, module: Any, inner: Any, request: Any) -> Any:
 
     start = partial(_attempt.send_sync, inner, request, attempts)
     turn = route.turn()
-    answer = turn.run_request_blocking(route.prepare(turn, request, start, True), route.gate._traceparent())
+    answer = turn.run_request_blocking(route.prepare(turn, request, start, True))
     return finish(module, request, answer, attempts)
 
 

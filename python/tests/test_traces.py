@@ -14,12 +14,15 @@ import sys
 import textwrap
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
+import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import SpanContext
 
 import sluice
 from conftest import support_config
@@ -150,6 +153,27 @@ def test_the_upstream_is_sent_the_client_spans_traceparent(receiver: Receiver) -
     assert receiver.traceparents == [f"00-{client.trace_id.hex()}-{client.span_id.hex()}-01"]
 
 
+def test_a_request_through_the_transport_joins_the_current_span(receiver: Receiver) -> None:
+    # httpx sends the request itself: one call span, no CLIENT span.
+    gate = traced_gate(receiver.url, receiver.url)
+    tracer = TracerProvider().get_tracer("test")
+
+    async def send() -> Tuple[int, SpanContext]:
+        async with httpx.AsyncClient(transport=sluice.HTTPTransport(gate, "support")) as client:
+            with tracer.start_as_current_span("agent step") as step:
+                response = await client.get(f"{receiver.url}/api/tickets/1")
+                return response.status_code, step.get_span_context()
+
+    status, parent = asyncio.run(send())
+    assert status == 200
+    assert gate.flush_traces(5.0)
+    [call] = receiver.spans()
+    assert call.name == "execute_tool http:support"
+    assert call.trace_id == parent.trace_id.to_bytes(16, "big")
+    assert call.parent_span_id == parent.span_id.to_bytes(8, "big")
+    assert attributes(call)["sluice.outcome"] == "ok"
+
+
 def test_a_call_outside_any_span_starts_a_trace(receiver: Receiver, fake_api: sluice.testing.FakeApi) -> None:
     gate = traced_gate(fake_api.url, receiver.url)
     assert asyncio.run(gate.call("search_tickets", {"query": "a"})).status == "ok"
@@ -157,6 +181,18 @@ def test_a_call_outside_any_span_starts_a_trace(receiver: Receiver, fake_api: sl
     [call] = [span for span in receiver.spans() if span.name == "execute_tool search_tickets"]
     assert call.parent_span_id == b""
     assert len(call.trace_id) == 16 and call.trace_id != bytes(16)
+
+
+def test_a_call_under_an_unsampled_span_is_not_traced(receiver: Receiver, fake_api: sluice.testing.FakeApi) -> None:
+    # The default sampler is parent-based: the caller's flag decides.
+    gate = traced_gate(fake_api.url, receiver.url)
+    tracer = TracerProvider(sampler=ALWAYS_OFF).get_tracer("test")
+    with tracer.start_as_current_span("agent step") as step:
+        assert step.get_span_context().is_valid
+        assert asyncio.run(gate.call("search_tickets", {"query": "a"})).status == "ok"
+    assert gate.flush_traces(5.0)
+    assert receiver.spans() == []
+    assert len(fake_api.requests()) == 1
 
 
 def test_a_gate_without_telemetry_exports_nothing(receiver: Receiver, fake_api: sluice.testing.FakeApi) -> None:
@@ -198,3 +234,12 @@ def test_spans_left_at_exit_are_flushed(receiver: Receiver) -> None:
     assert done.returncode == 0, done.stderr
     names = [span.name for span in receiver.spans()]
     assert sorted(names) == ["GET", "execute_tool get_ticket"]
+
+
+def test_a_bad_telemetry_variable_is_refused_by_name(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As `sluice serve` refuses it: the gate is not built half-traced.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    with pytest.raises(sluice.ConfigError) as refused:
+        traced_gate(receiver.url, receiver.url)
+    assert refused.value.field == "OTEL_EXPORTER_OTLP_PROTOCOL"
+    assert "http/protobuf" in str(refused.value)

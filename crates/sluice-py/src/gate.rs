@@ -108,11 +108,6 @@ impl GateCore {
         self.state.tools.keys().cloned().collect()
     }
 
-    /// Whether calls are traced (the configuration turned traces on).
-    fn traced(&self) -> bool {
-        self.state.tracer.is_some()
-    }
-
     /// Sends the spans this gate's calls left, waiting at most `timeout_s`
     /// seconds; false when they did not all leave in time.
     fn flush_traces(&self, py: Python<'_>, timeout_s: f64) -> PyResult<bool> {

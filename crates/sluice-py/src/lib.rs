@@ -5,7 +5,8 @@
 //!
 //! This crate holds no logic of its own: it adapts the engine ([`sluice`]),
 //! the configuration ([`sluice_config::EmbeddedConfig`]), the sidecar's
-//! HTTP executor, the fake API and the Redis budget to Python. The Python
+//! HTTP executor and tracer (`telemetry.rs`), the fake API and the Redis
+//! budget to Python. The Python
 //! package builds its API (`sluice.Gate`, `Turn`, `Outcome`, the httpx
 //! transport, `sluice.testing`) on the few classes exported here.
 //!

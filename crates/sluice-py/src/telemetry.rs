@@ -1,15 +1,17 @@
 //! Traces from Python: each gate whose configuration turns them on (its
 //! `[telemetry]` section or the `OTEL_*` variables, read as the sidecar
 //! reads them) gets its own exporter; every live one is flushed at
-//! interpreter exit, waiting a bounded time.
+//! interpreter exit, waiting a bounded time. A traced call joins the
+//! caller's current OpenTelemetry span, read by `sluice._otel`.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use sluice_config::{ConfigError, Telemetry};
-use sluice_http::trace::Tracer;
+use sluice_http::trace::{TraceParent, Tracer};
 
 use crate::errors::config_error;
 use crate::runtime;
@@ -65,4 +67,20 @@ pub(crate) fn flush(py: Python<'_>, tracers: &[Arc<Tracer>], timeout_s: f64) -> 
 /// Every live gate's exporter: what the flush at exit sends.
 pub(crate) fn live() -> Vec<Arc<Tracer>> {
     TRACERS.lock().iter().filter_map(Weak::upgrade).collect()
+}
+
+/// `sluice._otel.traceparent`, looked up once.
+static CURRENT_SPAN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The caller's current OpenTelemetry span, which a traced call's span
+/// joins (as the sidecar's calls join their request's `traceparent`).
+/// Asked only for a gate that traces: an untraced call runs no Python.
+pub(crate) fn caller_span(py: Python<'_>) -> PyResult<Option<TraceParent>> {
+    let read = CURRENT_SPAN.get_or_try_init(py, || {
+        py.import("sluice._otel")?
+            .getattr("traceparent")
+            .map(Bound::unbind)
+    })?;
+    let text: Option<String> = read.bind(py).call0()?.extract()?;
+    Ok(text.as_deref().and_then(TraceParent::parse))
 }

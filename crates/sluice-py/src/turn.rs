@@ -17,7 +17,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 use serde_json::{Map, Value};
 use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
 use sluice_config::MAX_DURATION;
-use sluice_http::trace::{TraceParent, traced};
+use sluice_http::trace::traced;
 use sluice_http::{HttpRequest, Outbound, ToolCall, Url, call_deadline, tool_call};
 
 use crate::bridge::{Answer, BoxFuture, Pending, block_on};
@@ -26,6 +26,7 @@ use crate::errors::guard;
 use crate::executor::{Payload, PyExecutor, PyWork, outcome_of};
 use crate::outcome::PyOutcome;
 use crate::state::GateState;
+use crate::telemetry;
 
 /// A call ready to run, or the outcome that answers it without sending.
 type Ready = Result<Call<Payload>, Outcome>;
@@ -68,20 +69,21 @@ impl TurnCore {
     }
 
     /// Runs `prepared` inside its span when the gate traces calls: a
-    /// child of `traceparent` (the caller's current OpenTelemetry span),
-    /// as the sidecar parents a call by its request's header.
+    /// child of the caller's current OpenTelemetry span, read now, on the
+    /// caller's thread and in its context (as the sidecar parents a call
+    /// by its request's `traceparent`).
     fn complete(
         &self,
+        py: Python<'_>,
         prepared: &Prepared,
-        traceparent: Option<&str>,
     ) -> PyResult<impl Future<Output = Completion> + Send + 'static> {
         let ready = prepared.take()?;
         let tool = prepared.tool.clone();
         let tracer = self.state.tracer.clone();
-        let parent = tracer
-            .as_ref()
-            .and(traceparent)
-            .and_then(TraceParent::parse);
+        let parent = match tracer {
+            Some(_) => telemetry::caller_span(py)?,
+            None => None,
+        };
         let turn = self.turn.clone();
         Ok(async move {
             let call = async move {
@@ -299,12 +301,10 @@ impl TurnCore {
         })
     }
 
-    /// Runs one call: awaits to its `Outcome`. `traceparent` is the
-    /// caller's current span, which the call's span joins.
-    #[pyo3(signature = (prepared, traceparent=None))]
-    fn run(&self, prepared: &Prepared, traceparent: Option<&str>) -> PyResult<Pending> {
+    /// Runs one call: awaits to its `Outcome`.
+    fn run(&self, py: Python<'_>, prepared: &Prepared) -> PyResult<Pending> {
         guard(|| {
-            let completion = self.complete(prepared, traceparent)?;
+            let completion = self.complete(py, prepared)?;
             Ok(pending(async move {
                 let completion = completion.await;
                 Box::new(move |py: Python<'_>| outcome(py, &completion)) as Answer
@@ -313,16 +313,11 @@ impl TurnCore {
     }
 
     /// Runs calls concurrently: awaits to one `Outcome` per call, in order.
-    #[pyo3(signature = (prepared, traceparent=None))]
-    fn run_all(
-        &self,
-        prepared: Vec<PyRef<'_, Prepared>>,
-        traceparent: Option<&str>,
-    ) -> PyResult<Pending> {
+    fn run_all(&self, py: Python<'_>, prepared: Vec<PyRef<'_, Prepared>>) -> PyResult<Pending> {
         guard(|| {
             let mut calls = Vec::with_capacity(prepared.len());
             for one in &prepared {
-                calls.push(self.complete(one, traceparent)?);
+                calls.push(self.complete(py, one)?);
             }
             Ok(pending(async move {
                 let completions = join_all(calls).await;
@@ -338,10 +333,9 @@ impl TurnCore {
     }
 
     /// Runs a transport request: awaits to `(Outcome, response)` (see `request_answer`).
-    #[pyo3(signature = (prepared, traceparent=None))]
-    fn run_request(&self, prepared: &Prepared, traceparent: Option<&str>) -> PyResult<Pending> {
+    fn run_request(&self, py: Python<'_>, prepared: &Prepared) -> PyResult<Pending> {
         guard(|| {
-            let completion = self.complete(prepared, traceparent)?;
+            let completion = self.complete(py, prepared)?;
             Ok(pending(async move {
                 let completion = completion.await;
                 Box::new(move |py: Python<'_>| request_answer(py, &completion)) as Answer
@@ -350,15 +344,9 @@ impl TurnCore {
     }
 
     /// [`TurnCore::run_request`] from synchronous code, blocking this thread.
-    #[pyo3(signature = (prepared, traceparent=None))]
-    fn run_request_blocking(
-        &self,
-        py: Python<'_>,
-        prepared: &Prepared,
-        traceparent: Option<&str>,
-    ) -> PyResult<Py<PyAny>> {
+    fn run_request_blocking(&self, py: Python<'_>, prepared: &Prepared) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let completion = self.complete(prepared, traceparent)?;
+            let completion = self.complete(py, prepared)?;
             let future: BoxFuture = Box::pin(async move {
                 let completion = completion.await;
                 Box::new(move |py: Python<'_>| request_answer(py, &completion)) as Answer
