@@ -243,3 +243,18 @@ def test_a_bad_telemetry_variable_is_refused_by_name(receiver: Receiver, monkeyp
         traced_gate(receiver.url, receiver.url)
     assert refused.value.field == "OTEL_EXPORTER_OTLP_PROTOCOL"
     assert "http/protobuf" in str(refused.value)
+
+
+def test_an_unusable_otel_variable_warns_when_the_gate_did_not_ask_for_traces(
+    receiver: Receiver, fake_api: sluice.testing.FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The application's own OpenTelemetry setup (gRPC) must not stop a gate
+    # that has no [telemetry] section: it warns, naming the variable, and
+    # runs untraced.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    with pytest.warns(RuntimeWarning, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
+        gate = sluice.Gate(support_config(fake_api.url), seed=7)
+    assert asyncio.run(gate.call("search_tickets", {"query": "a"})).status == "ok"
+    assert gate.flush_traces(5.0)
+    assert receiver.bodies == []

@@ -65,7 +65,7 @@ impl GateCore {
             };
             let http = HttpExecutor::new(&config.credentials)
                 .map_err(|error| internal(error.to_string()))?;
-            let tracer = telemetry::start(&config.telemetry)?;
+            let tracer = telemetry::start(py, &config.telemetry)?;
             let mut builder = Gate::builder(config.gate.clone(), PyExecutor::new(http));
             // The same observer as the sidecar's: it notes on each call's
             // span why it waited and how it ended.

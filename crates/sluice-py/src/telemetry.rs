@@ -26,10 +26,28 @@ const MAX_FLUSH: Duration = Duration::from_secs(30);
 
 /// The tracer `telemetry` and the environment ask for, or `None` when
 /// traces are off.
-pub(crate) fn start(telemetry: &Telemetry) -> PyResult<Option<Arc<Tracer>>> {
-    let settings = telemetry
-        .resolve(&|name| std::env::var(name).ok())
-        .map_err(|error| config_error(&error))?;
+///
+/// A gate whose configuration has no `[telemetry]` section did not ask
+/// for traces: an `OTEL_*` variable that sluice cannot use (the
+/// application's own `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`, say) then warns,
+/// naming it, and leaves traces off instead of refusing the gate. With the
+/// section, it is refused as `sluice serve` refuses it.
+pub(crate) fn start(py: Python<'_>, telemetry: &Telemetry) -> PyResult<Option<Arc<Tracer>>> {
+    let settings = match telemetry.resolve(&|name| std::env::var(name).ok()) {
+        Ok(settings) => settings,
+        Err(error) if *telemetry == Telemetry::default() => {
+            let message = format!("sluice: traces are off: {error}");
+            let warning = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+            PyErr::warn(
+                py,
+                &warning,
+                &std::ffi::CString::new(message).unwrap_or_default(),
+                1,
+            )?;
+            return Ok(None);
+        }
+        Err(error) => return Err(config_error(&error)),
+    };
     let Some(settings) = settings else {
         return Ok(None);
     };
