@@ -4,6 +4,7 @@ function tools and the turn a ``with turn:`` block makes current."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextvars
 import inspect
@@ -23,7 +24,7 @@ from typing import (
     Union,
 )
 
-from . import _attempt
+from . import _attempt, _sluice
 from ._sluice import GateCore, Outcome, Prepared
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -31,6 +32,12 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 # Past this a deadline is certainly longer than the engine allows (a week):
 # the call is answered with an `error` outcome saying so.
 _MAX_MS = 2**63
+
+# How long the interpreter's exit waits for the last spans (as the sidecar
+# waits on SIGTERM): a collector that does not answer never holds it longer.
+_EXIT_FLUSH_S = 5.0
+
+atexit.register(_sluice._flush_traces, _EXIT_FLUSH_S)
 
 _current_turn: "contextvars.ContextVar[Optional[Turn]]" = contextvars.ContextVar(
     "sluice_current_turn", default=None
@@ -146,6 +153,13 @@ class Gate:
     def in_flight(self, credential: str) -> int:
         """Requests in flight on a credential's own scope right now."""
         return self._core.in_flight(credential)
+
+    def flush_traces(self, timeout_s: float = 5.0) -> bool:
+        """Sends the spans this gate's calls left (when its configuration
+        turns traces on), waiting at most ``timeout_s`` seconds. False when
+        they did not all leave in time. The interpreter's exit does this
+        for every gate by itself."""
+        return self._core.flush_traces(float(timeout_s))
 
     def tool(
         self,

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use sluice::Gate;
 use sluice_config::{ConfigError, EmbeddedConfig};
+use sluice_http::trace::TraceObserver;
 use sluice_http::{HttpExecutor, redis_config};
 use sluice_redis::RedisBudget;
 
@@ -17,6 +18,7 @@ use crate::errors::{config_error, guard, internal};
 use crate::executor::PyExecutor;
 use crate::runtime;
 use crate::state::GateState;
+use crate::telemetry;
 use crate::turn::TurnCore;
 
 /// The engine's gate; `sluice.Gate` wraps it.
@@ -63,7 +65,13 @@ impl GateCore {
             };
             let http = HttpExecutor::new(&config.credentials)
                 .map_err(|error| internal(error.to_string()))?;
+            let tracer = telemetry::start(py, &config.telemetry)?;
             let mut builder = Gate::builder(config.gate.clone(), PyExecutor::new(http));
+            // The same observer as the sidecar's: it notes on each call's
+            // span why it waited and how it ended.
+            if let Some(observer) = TraceObserver::wrap(tracer.as_ref(), None) {
+                builder = builder.observer(observer);
+            }
             if let Some(seed) = seed {
                 builder = builder.seed(seed);
             }
@@ -79,6 +87,7 @@ impl GateCore {
                     tools: config.tools,
                     upstreams: config.credentials,
                     _budget: budget,
+                    tracer,
                 }),
             })
         })
@@ -97,6 +106,12 @@ impl GateCore {
     /// The configured (HTTP) tools' names.
     fn tools(&self) -> Vec<String> {
         self.state.tools.keys().cloned().collect()
+    }
+
+    /// Sends the spans this gate's calls left, waiting at most `timeout_s`
+    /// seconds; false when they did not all leave in time.
+    fn flush_traces(&self, py: Python<'_>, timeout_s: f64) -> PyResult<bool> {
+        guard(|| telemetry::flush(py, self.state.tracer.as_slice(), timeout_s))
     }
 
     /// Calls in flight on a credential's own scope.

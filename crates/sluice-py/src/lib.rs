@@ -5,7 +5,8 @@
 //!
 //! This crate holds no logic of its own: it adapts the engine ([`sluice`]),
 //! the configuration ([`sluice_config::EmbeddedConfig`]), the sidecar's
-//! HTTP executor, the fake API and the Redis budget to Python. The Python
+//! HTTP executor and tracer (`telemetry.rs`), the fake API and the Redis
+//! budget to Python. The Python
 //! package builds its API (`sluice.Gate`, `Turn`, `Outcome`, the httpx
 //! transport, `sluice.testing`) on the few classes exported here.
 //!
@@ -31,6 +32,7 @@ mod gate;
 mod outcome;
 mod runtime;
 mod state;
+mod telemetry;
 mod turn;
 
 use pyo3::prelude::*;
@@ -46,6 +48,7 @@ fn _sluice(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<bridge::WakeOnDone>()?;
     module.add_class::<fake::FakeCore>()?;
     module.add_function(wrap_pyfunction!(stop_waking, module)?)?;
+    module.add_function(wrap_pyfunction!(flush_traces, module)?)?;
     module.add_function(wrap_pyfunction!(panic_for_tests, module)?)?;
     module.add_function(wrap_pyfunction!(panic_for_tests_async, module)?)?;
     Ok(())
@@ -56,6 +59,14 @@ fn _sluice(module: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction(name = "_stop_waking")]
 fn stop_waking(py: Python<'_>) {
     bridge::stop_waking(py);
+}
+
+/// Registered with `atexit` by `sluice._gate`: sends the spans every live
+/// gate still holds, waiting at most `timeout_s` seconds. False when some
+/// did not leave in time.
+#[pyfunction(name = "_flush_traces")]
+fn flush_traces(py: Python<'_>, timeout_s: f64) -> PyResult<bool> {
+    errors::guard(|| telemetry::flush(py, &telemetry::live(), timeout_s))
 }
 
 /// Panics inside the guard, so tests can check that a panic reaches Python

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use sluice::Gate;
 use sluice_config::{ToolSpec, Upstream};
+use sluice_http::trace::Tracer;
 use sluice_redis::RedisBudget;
 
 use crate::executor::PyExecutor;
@@ -18,4 +19,6 @@ pub(crate) struct GateState {
     pub(crate) upstreams: BTreeMap<String, Upstream>,
     /// Kept for the gate's life: the shared budget's connection and tasks.
     pub(crate) _budget: Option<Arc<RedisBudget>>,
+    /// Where each call's span goes, when the configuration turns traces on.
+    pub(crate) tracer: Option<Arc<Tracer>>,
 }

@@ -17,6 +17,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 use serde_json::{Map, Value};
 use sluice::{Call, Completion, Outcome, Payload as _, Route, Turn};
 use sluice_config::MAX_DURATION;
+use sluice_http::trace::traced;
 use sluice_http::{HttpRequest, Outbound, ToolCall, Url, call_deadline, tool_call};
 
 use crate::bridge::{Answer, BoxFuture, Pending, block_on};
@@ -25,6 +26,7 @@ use crate::errors::guard;
 use crate::executor::{Payload, PyExecutor, PyWork, outcome_of};
 use crate::outcome::PyOutcome;
 use crate::state::GateState;
+use crate::telemetry;
 
 /// A call ready to run, or the outcome that answers it without sending.
 type Ready = Result<Call<Payload>, Outcome>;
@@ -32,12 +34,15 @@ type Ready = Result<Call<Payload>, Outcome>;
 /// One call, prepared: run it once.
 #[pyclass(module = "sluice._sluice", frozen)]
 pub(crate) struct Prepared {
+    /// What its span is named after (`execute_tool {tool}`).
+    tool: String,
     call: Mutex<Option<Ready>>,
 }
 
 impl Prepared {
-    fn new(ready: Ready) -> Self {
+    fn new(tool: &str, ready: Ready) -> Self {
         Prepared {
+            tool: tool.to_owned(),
             call: Mutex::new(Some(ready)),
         }
     }
@@ -63,14 +68,32 @@ impl TurnCore {
         TurnCore { state, turn }
     }
 
-    fn complete(&self, ready: Ready) -> impl Future<Output = Completion> + Send + 'static {
+    /// Runs `prepared` inside its span when the gate traces calls: a
+    /// child of the caller's current OpenTelemetry span, read now, on the
+    /// caller's thread and in its context (as the sidecar parents a call
+    /// by its request's `traceparent`).
+    fn complete(
+        &self,
+        py: Python<'_>,
+        prepared: &Prepared,
+    ) -> PyResult<impl Future<Output = Completion> + Send + 'static> {
+        let ready = prepared.take()?;
+        let tool = prepared.tool.clone();
+        let tracer = self.state.tracer.clone();
+        let parent = match tracer {
+            Some(_) => telemetry::caller_span(py)?,
+            None => None,
+        };
         let turn = self.turn.clone();
-        async move {
-            match ready {
-                Ok(call) => turn.complete(call).await,
-                Err(outcome) => Completion::from(outcome),
-            }
-        }
+        Ok(async move {
+            let call = async move {
+                match ready {
+                    Ok(call) => turn.complete(call).await,
+                    Err(outcome) => Completion::from(outcome),
+                }
+            };
+            traced(tracer.as_ref(), parent, &tool, None, call).await
+        })
     }
 }
 
@@ -162,7 +185,7 @@ impl TurnCore {
                 }
                 Err(refusal) => Err(refusal.outcome),
             };
-            Ok(Prepared::new(ready))
+            Ok(Prepared::new(tool, ready))
         })
     }
 
@@ -183,7 +206,7 @@ impl TurnCore {
         guard(|| {
             let deadline = match deadline(label, deadline_ms) {
                 Ok(deadline) => deadline,
-                Err(outcome) => return Ok(Prepared::new(Err(outcome))),
+                Err(outcome) => return Ok(Prepared::new(label, Err(outcome))),
             };
             // Only a read is coalesced: only its arguments' identity matters.
             let key = if read {
@@ -206,7 +229,7 @@ impl TurnCore {
                 blocking: false,
             };
             let call = Call::routed(label, route, Payload::Python(work));
-            Ok(Prepared::new(Ok(with_deadline(call, deadline))))
+            Ok(Prepared::new(label, Ok(with_deadline(call, deadline))))
         })
     }
 
@@ -229,7 +252,7 @@ impl TurnCore {
         guard(|| {
             let deadline = match deadline(label, deadline_ms) {
                 Ok(deadline) => deadline,
-                Err(outcome) => return Ok(Prepared::new(Err(outcome))),
+                Err(outcome) => return Ok(Prepared::new(label, Err(outcome))),
             };
             let method = Method::from_bytes(method.as_bytes())
                 .map_err(|_| PyValueError::new_err(format!("invalid HTTP method {method:?}")))?;
@@ -274,14 +297,14 @@ impl TurnCore {
                 blocking,
             };
             let call = Call::routed(label, route, Payload::Python(work));
-            Ok(Prepared::new(Ok(with_deadline(call, deadline))))
+            Ok(Prepared::new(label, Ok(with_deadline(call, deadline))))
         })
     }
 
     /// Runs one call: awaits to its `Outcome`.
-    fn run(&self, prepared: &Prepared) -> PyResult<Pending> {
+    fn run(&self, py: Python<'_>, prepared: &Prepared) -> PyResult<Pending> {
         guard(|| {
-            let completion = self.complete(prepared.take()?);
+            let completion = self.complete(py, prepared)?;
             Ok(pending(async move {
                 let completion = completion.await;
                 Box::new(move |py: Python<'_>| outcome(py, &completion)) as Answer
@@ -290,11 +313,11 @@ impl TurnCore {
     }
 
     /// Runs calls concurrently: awaits to one `Outcome` per call, in order.
-    fn run_all(&self, prepared: Vec<PyRef<'_, Prepared>>) -> PyResult<Pending> {
+    fn run_all(&self, py: Python<'_>, prepared: Vec<PyRef<'_, Prepared>>) -> PyResult<Pending> {
         guard(|| {
             let mut calls = Vec::with_capacity(prepared.len());
             for one in &prepared {
-                calls.push(self.complete(one.take()?));
+                calls.push(self.complete(py, one)?);
             }
             Ok(pending(async move {
                 let completions = join_all(calls).await;
@@ -310,9 +333,9 @@ impl TurnCore {
     }
 
     /// Runs a transport request: awaits to `(Outcome, response)` (see `request_answer`).
-    fn run_request(&self, prepared: &Prepared) -> PyResult<Pending> {
+    fn run_request(&self, py: Python<'_>, prepared: &Prepared) -> PyResult<Pending> {
         guard(|| {
-            let completion = self.complete(prepared.take()?);
+            let completion = self.complete(py, prepared)?;
             Ok(pending(async move {
                 let completion = completion.await;
                 Box::new(move |py: Python<'_>| request_answer(py, &completion)) as Answer
@@ -323,7 +346,7 @@ impl TurnCore {
     /// [`TurnCore::run_request`] from synchronous code, blocking this thread.
     fn run_request_blocking(&self, py: Python<'_>, prepared: &Prepared) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let completion = self.complete(prepared.take()?);
+            let completion = self.complete(py, prepared)?;
             let future: BoxFuture = Box::pin(async move {
                 let completion = completion.await;
                 Box::new(move |py: Python<'_>| request_answer(py, &completion)) as Answer
