@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::error::ParseNameError;
+use super::name::ParseNameError;
 
 /// Which rate-limit headers the fake sends, imitating a family of real APIs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

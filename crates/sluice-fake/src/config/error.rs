@@ -1,16 +1,8 @@
-//! Why a configuration value was refused, naming the field; and why a name did not parse.
+//! Why a configuration value was refused, naming the field.
 
 use std::time::Duration;
 
-use super::limits::Algorithm;
-
-/// A name that is not one of the accepted choices.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{got:?} is not one of {expected}")]
-pub struct ParseNameError {
-    pub(super) got: String,
-    pub(super) expected: &'static str,
-}
+use super::algorithm::Algorithm;
 
 /// An invalid configuration value; `field()` names it (e.g. `limits.count`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,14 +5,18 @@
 //! limits apply; [`HeaderStyle`], [`RetryAfter`] and [`Latency`] say how the
 //! fake answers; [`ConfigError`] names the field of an invalid value.
 
+mod algorithm;
 mod answer;
 mod error;
 mod limits;
+mod name;
 mod resource;
 mod settings;
 
+pub use algorithm::Algorithm;
 pub use answer::{HeaderStyle, Latency, RetryAfter};
-pub use error::{ConfigError, ParseNameError};
-pub use limits::{Algorithm, CostField, Limits, TokenLimit, Usage, Window};
+pub use error::ConfigError;
+pub use limits::{CostField, Limits, TokenLimit, Usage, Window};
+pub use name::ParseNameError;
 pub use resource::{KeyLimits, Resource};
 pub use settings::Config;
