@@ -4,7 +4,7 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use super::budgets::{Ask, Budgets, Deferred, Ticket, UnitStatus, WindowStatus};
+use super::ask::{Ask, Deferred, Ticket, UnitStatus, WindowStatus};
 use crate::Rate;
 use crate::config::{Priority, UnitLimits};
 use crate::limiter::{Binding, LimiterCell, Micros, Reservation, WindowUsage};
@@ -75,10 +75,10 @@ fn cells(
     (LimiterCell::windows(&widened, burst), low)
 }
 
-impl Budgets {
+impl Further {
     /// `rates` are every request window (the first is the scope's own,
     /// kept in its cell); `units` the credential's, on its own scope only.
-    pub(crate) fn new(
+    pub(super) fn new(
         rates: &[Rate],
         burst: Option<NonZeroU32>,
         units: &[UnitLimits],
@@ -88,7 +88,7 @@ impl Budgets {
         let low = share
             .filter(|_| !rates.is_empty())
             .and_then(|_| cells(rates, burst, margin, share).1);
-        Budgets::of(Further {
+        Further {
             windows: rates.iter().skip(1).copied().collect(),
             units: units
                 .iter()
@@ -105,7 +105,19 @@ impl Budgets {
                 .collect(),
             low,
             share,
-        })
+        }
+    }
+
+    /// What `ticket` charged in each unit, by name.
+    pub(crate) fn costs(&self, ticket: &Ticket) -> Vec<(Arc<str>, u64)> {
+        ticket
+            .units
+            .iter()
+            .filter_map(|(index, reservation, _)| {
+                let unit = self.units.get(*index)?;
+                Some((unit.name.clone(), reservation.amount()))
+            })
+            .collect()
     }
 }
 

@@ -95,7 +95,7 @@ impl Scope {
         if !ticket.charges_units() {
             return Vec::new();
         }
-        ticket.costs(&self.state().budgets)
+        self.state().budgets.costs(ticket)
     }
 
     /// The true-up of a call started at `start`; false without that unit.
