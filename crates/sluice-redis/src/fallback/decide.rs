@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use sluice::shared::{Decision, Hold, ReserveRequest};
 use tokio::time::Instant;
 
-use super::cells::{share, share_of};
+use super::share::{share, share_of};
 use crate::credential::{Cred, Mode};
 use crate::decision::{self, denied};
 use crate::instant::since;

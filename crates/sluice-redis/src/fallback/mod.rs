@@ -11,9 +11,11 @@
 
 mod cells;
 mod decide;
+mod share;
 mod spell;
 mod spends;
 
-pub(crate) use cells::{Fallback, share, share_of};
+pub(crate) use cells::Fallback;
 pub(crate) use decide::{decide, decide_windows, scope_index};
+pub(crate) use share::{share, share_of};
 pub(crate) use spends::HeldSpend;

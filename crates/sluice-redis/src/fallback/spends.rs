@@ -15,7 +15,7 @@ use sluice::limiter::{LimiterCell, Micros, Reservation, micros};
 use sluice::shared::{SharedLimit, SharedWindow};
 use tokio::time::Instant;
 
-use super::cells::share_of;
+use super::share::share_of;
 use super::spell::Spell;
 use crate::keys::part;
 
