@@ -8,11 +8,13 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::value::RawValue;
 use sluice::{Executor, NoRetry, Payload, Request, TransportError};
+use sluice_http::trace::ClientSpan;
 
 use crate::jsonrpc::{self, IdKey};
 use crate::outbox::Outbox;
 use crate::pending::{ChildReply, Pending};
 use crate::signals::{self, Detector, Found};
+use crate::trace_meta::with_trace_parent;
 
 /// The header that says which member of the JSON-RPC response the body is.
 pub(crate) const MEMBER_HEADER: &str = "x-sluice-mcp-member";
@@ -28,6 +30,8 @@ pub(crate) struct ToolCall {
     key: Option<String>,
     /// `params.arguments`, for costs taken from an argument.
     arguments: serde_json::Value,
+    /// `params.name`, which the forwarded request's span is named after.
+    tool: Option<String>,
     /// The agent's request id, so that its cancellation can find this call.
     owner: IdKey,
     /// The session's way to its server.
@@ -60,11 +64,17 @@ impl ToolCall {
             .and_then(|value| value.get("arguments"))
             .cloned()
             .unwrap_or_default();
+        let tool = value
+            .as_ref()
+            .and_then(|value| value.get("name"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned);
         let key = value.and_then(|value| value.coalesce_key());
         ToolCall {
             params,
             key,
             arguments,
+            tool,
             owner,
             link,
             policy,
@@ -168,12 +178,21 @@ impl Executor for ServerExecutor {
                 pending: pending.clone(),
                 to_child: link.to_server.clone(),
             };
+            // A traced call's request is its CLIENT span, which the server
+            // is told is its parent (replacing the agent's own); an
+            // untraced one is forwarded byte for byte.
+            let span = ClientSpan::json_rpc("tools/call", call.tool.as_deref(), &id);
+            let traced = span
+                .as_ref()
+                .and_then(|span| with_trace_parent(&call.params, span.traceparent()));
+            let params = traced.as_deref().unwrap_or(call.params.get());
             let id_json = serde_json::Value::String(id).to_string();
-            let line = jsonrpc::request(&id_json, "tools/call", Some(call.params.get()));
+            let line = jsonrpc::request(&id_json, "tools/call", Some(params));
             let answer = match link.direct {
                 None => {
                     if !link.to_server.send(line) {
                         pending.abandon(&forwarded.id);
+                        end(span, Some("transport"));
                         return Err(TransportError::connect(
                             "the MCP server's input is closed, or full (it is not reading)",
                         ));
@@ -189,6 +208,7 @@ impl Executor for ServerExecutor {
                             // Refused at the HTTP level: nothing to cancel.
                             Ok(Some(mut response)) => {
                                 pending.abandon(&forwarded.id);
+                                end(span, Some(response.status().as_str()));
                                 if call.policy.destructive && ambiguous(response.status()) {
                                     response.extensions_mut().insert(NoRetry);
                                 }
@@ -199,6 +219,7 @@ impl Executor for ServerExecutor {
                                 Ok(answer) => Some(answer),
                                 Err(_) => {
                                     pending.abandon(&forwarded.id);
+                                    end(span, Some("transport"));
                                     return Err(TransportError::other(
                                         "the MCP server ended its answer without the response",
                                     ));
@@ -206,6 +227,7 @@ impl Executor for ServerExecutor {
                             },
                             Err(error) => {
                                 pending.abandon(&forwarded.id);
+                                end(span, Some("transport"));
                                 return Err(error);
                             }
                         },
@@ -213,6 +235,9 @@ impl Executor for ServerExecutor {
                 }
             };
             drop(forwarded);
+            if let Some(span) = span {
+                span.end(error_type(answer.as_ref()).as_deref());
+            }
             match answer {
                 Some(reply) => Ok(into_response(reply, &link.detector, call.policy)),
                 None => Err(TransportError::other(
@@ -220,6 +245,27 @@ impl Executor for ServerExecutor {
                 )),
             }
         }
+    }
+}
+
+/// Ends the forwarded request's span, if the call is traced: `error` is
+/// its `error.type` (the JSON-RPC error's code, the HTTP status that
+/// refused it, or `transport` when no answer came).
+fn end(span: Option<ClientSpan>, error: Option<&str>) {
+    if let Some(span) = span {
+        span.end(error);
+    }
+}
+
+/// The forwarded request's `error.type` for the server's answer: the
+/// JSON-RPC error's code, or `transport` when none came.
+fn error_type(answer: Option<&ChildReply>) -> Option<String> {
+    match answer {
+        Some(ChildReply::Error(body)) => {
+            Some(error_code(body).map_or_else(|| "error".to_owned(), |code| code.to_string()))
+        }
+        Some(ChildReply::Result(_)) => None,
+        None => Some("transport".to_owned()),
     }
 }
 
@@ -299,19 +345,26 @@ fn ambiguous(status: StatusCode) -> bool {
 /// idempotent tools); every other code says the request itself cannot
 /// succeed as sent (a client error: answered at once, never retried).
 fn status_of(error: &[u8]) -> StatusCode {
+    match error_code(error) {
+        // JSON-RPC 2.0 §5.1 internal error.
+        Some(-32603) => StatusCode::INTERNAL_SERVER_ERROR,
+        // The SDKs' request timeout.
+        Some(-32001) => StatusCode::GATEWAY_TIMEOUT,
+        // MCP 2025-06-18: resource not found.
+        Some(-32002) => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// The `code` of a JSON-RPC error object.
+fn error_code(error: &[u8]) -> Option<i64> {
     #[derive(serde::Deserialize)]
     struct Code {
         code: i64,
     }
-    match serde_json::from_slice::<Code>(error).map(|error| error.code) {
-        // JSON-RPC 2.0 §5.1 internal error.
-        Ok(-32603) => StatusCode::INTERNAL_SERVER_ERROR,
-        // The SDKs' request timeout.
-        Ok(-32001) => StatusCode::GATEWAY_TIMEOUT,
-        // MCP 2025-06-18: resource not found.
-        Ok(-32002) => StatusCode::NOT_FOUND,
-        _ => StatusCode::BAD_REQUEST,
-    }
+    serde_json::from_slice::<Code>(error)
+        .ok()
+        .map(|error| error.code)
 }
 
 #[cfg(test)]

@@ -139,9 +139,9 @@ impl HttpExecutor {
         headers.entry(HOST).or_insert_with(|| target.host.clone());
         // A traced call's request is its CLIENT span, which the upstream
         // is told is its parent (replacing a proxied client's own).
-        let span = ClientSpan::open(&outbound.method, &target.origin);
+        let span = ClientSpan::http(&outbound.method, &target.origin);
         if let Some(span) = &span {
-            headers.insert(TRACEPARENT, span.traceparent());
+            headers.insert(TRACEPARENT, span.traceparent().header());
         }
         let mut sent = http::Request::new(Full::new(outbound.body.clone()));
         *sent.method_mut() = outbound.method.clone();
@@ -161,7 +161,7 @@ impl HttpExecutor {
                 SendError::Request(message) => TransportError::other(message),
             });
         if let Some(span) = span {
-            span.end(
+            span.end_http(
                 answer
                     .as_ref()
                     .ok()

@@ -4,8 +4,9 @@
 //! [`traced`] holds the call's record in a task-local while the call's
 //! future runs; the engine's events ([`TraceObserver`]), reported inline
 //! from that future, fill it (why it waited, how many requests, its
-//! outcome), and the executor opens each request's CLIENT span under it
-//! ([`ClientSpan::open`]). Without a tracer nothing is held or read.
+//! outcome), and the executors (HTTP, and `sluice mcp`'s) open each
+//! request's CLIENT span under it ([`ClientSpan`]). Without a tracer
+//! nothing is held or read.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::Either;
-use http::{HeaderValue, Method};
+use http::Method;
 use sluice::{Event, Observer, Outcome, WaitKind};
 
 use super::context::{SpanId, TraceId, TraceParent};
@@ -150,7 +151,6 @@ fn call_span(
     call_id: Option<&str>,
     started: Started,
 ) -> otlp::Span {
-    let text = |value: &str| Value::String(value.to_owned());
     let mut attributes = vec![
         KeyValue::new("gen_ai.operation.name", text("execute_tool")),
         KeyValue::new("gen_ai.tool.name", text(tool)),
@@ -298,23 +298,25 @@ fn note(record: &mut Record, event: &Event<'_>) {
     }
 }
 
-/// One upstream request's CLIENT span, a child of its call's; ended with
-/// the response's status, or as cancelled when the request is dropped.
-pub(crate) struct ClientSpan {
+/// One upstream request's CLIENT span, a child of its call's: an HTTP
+/// request ([`ClientSpan::http`]) or a JSON-RPC request to an MCP server
+/// ([`ClientSpan::json_rpc`]); ended with its answer, or as cancelled
+/// when the request is dropped.
+pub struct ClientSpan {
     tracer: Arc<Tracer>,
     trace_id: TraceId,
     span_id: SpanId,
     parent: SpanId,
     started: Started,
-    method: Method,
-    server: String,
-    port: Option<u16>,
+    name: String,
+    attributes: Vec<KeyValue>,
     ended: bool,
 }
 
 impl ClientSpan {
-    /// A span for a request to `origin`, when the running call is traced.
-    pub(crate) fn open(method: &Method, origin: &http::Uri) -> Option<ClientSpan> {
+    /// A span named by `describe` (its name and first attributes), when
+    /// the running call is traced; `describe` is not run otherwise.
+    fn open(describe: impl FnOnce() -> (String, Vec<KeyValue>)) -> Option<ClientSpan> {
         let (tracer, trace_id, parent) = CALL
             .try_with(|cell| {
                 cell.borrow()
@@ -323,56 +325,88 @@ impl ClientSpan {
             })
             .ok()
             .flatten()?;
+        let (name, attributes) = describe();
         Some(ClientSpan {
             tracer,
             trace_id,
             span_id: random_id(),
             parent,
             started: Started::now(),
-            method: method.clone(),
-            server: origin.host().unwrap_or_default().to_owned(),
-            port: origin.port_u16(),
+            name,
+            attributes,
             ended: false,
         })
     }
 
-    /// The `traceparent` the request carries: this span is the upstream's parent.
-    pub(crate) fn traceparent(&self) -> HeaderValue {
+    /// A span for an HTTP request to `origin`, when the running call is traced.
+    pub(crate) fn http(method: &Method, origin: &http::Uri) -> Option<ClientSpan> {
+        ClientSpan::open(|| {
+            let mut attributes = vec![
+                KeyValue::new("http.request.method", text(method.as_str())),
+                KeyValue::new("server.address", text(origin.host().unwrap_or_default())),
+            ];
+            if let Some(port) = origin.port_u16() {
+                attributes.push(KeyValue::new("server.port", Value::Int(i64::from(port))));
+            }
+            (method.as_str().to_owned(), attributes)
+        })
+    }
+
+    /// A span for the JSON-RPC request `method` (of `tool`, for a
+    /// `tools/call`) sent to an MCP server under `request_id`, when the
+    /// running call is traced: named `{method} {tool}`, as the MCP
+    /// semantic conventions name a client's request.
+    pub fn json_rpc(method: &str, tool: Option<&str>, request_id: &str) -> Option<ClientSpan> {
+        ClientSpan::open(|| {
+            let mut attributes = vec![KeyValue::new("mcp.method.name", text(method))];
+            let name = match tool {
+                Some(tool) => {
+                    attributes.push(KeyValue::new("gen_ai.tool.name", text(tool)));
+                    format!("{method} {tool}")
+                }
+                None => method.to_owned(),
+            };
+            attributes.push(KeyValue::new("rpc.jsonrpc.request_id", text(request_id)));
+            (name, attributes)
+        })
+    }
+
+    /// The context the request carries as its `traceparent`: this span is
+    /// the upstream's parent.
+    pub fn traceparent(&self) -> TraceParent {
         TraceParent {
             trace_id: self.trace_id,
             span_id: self.span_id,
             sampled: true,
         }
-        .header()
     }
 
-    /// The request was answered with `status`, or failed (`None`).
-    pub(crate) fn end(mut self, status: Option<u16>) {
-        self.finish(status, None);
-    }
-
-    fn finish(&mut self, status: Option<u16>, failure: Option<&str>) {
-        self.ended = true;
-        let text = |value: &str| Value::String(value.to_owned());
-        let mut attributes = vec![
-            KeyValue::new("http.request.method", text(self.method.as_str())),
-            KeyValue::new("server.address", text(&self.server)),
-        ];
-        if let Some(port) = self.port {
-            attributes.push(KeyValue::new("server.port", Value::Int(i64::from(port))));
-        }
-        let error = match (status, failure) {
-            (Some(status), _) => {
-                attributes.push(KeyValue::new(
+    /// The HTTP request was answered with `status`, or failed (`None`).
+    pub(crate) fn end_http(mut self, status: Option<u16>) {
+        let error = match status {
+            Some(status) => {
+                self.attributes.push(KeyValue::new(
                     "http.response.status_code",
                     Value::Int(i64::from(status)),
                 ));
                 (status >= 400).then(|| status.to_string())
             }
-            (None, failure) => Some(failure.unwrap_or("transport").to_owned()),
+            None => Some("transport".to_owned()),
         };
+        self.finish(error);
+    }
+
+    /// The server answered; `error` (its `error.type`) when the answer is
+    /// an error or none came.
+    pub fn end(mut self, error: Option<&str>) {
+        self.finish(error.map(str::to_owned));
+    }
+
+    fn finish(&mut self, error: Option<String>) {
+        self.ended = true;
         let status = error.map(|kind| {
-            attributes.push(KeyValue::new("error.type", text(&kind)));
+            self.attributes
+                .push(KeyValue::new("error.type", text(&kind)));
             otlp::Status {
                 message: String::new(),
                 code: otlp::STATUS_ERROR,
@@ -382,22 +416,26 @@ impl ClientSpan {
             trace_id: self.trace_id.to_vec(),
             span_id: self.span_id.to_vec(),
             parent_span_id: self.parent.to_vec(),
-            name: self.method.as_str().to_owned(),
+            name: std::mem::take(&mut self.name),
             kind: otlp::KIND_CLIENT,
             start_time_unix_nano: self.started.unix_nanos,
             end_time_unix_nano: self.started.end(),
-            attributes,
+            attributes: std::mem::take(&mut self.attributes),
             status,
             flags: 1,
         });
     }
 }
 
+fn text(value: &str) -> Value {
+    Value::String(value.to_owned())
+}
+
 impl Drop for ClientSpan {
     fn drop(&mut self) {
         // The call's deadline dropped the request before an answer.
         if !self.ended {
-            self.finish(None, Some("cancelled"));
+            self.finish(Some("cancelled".to_owned()));
         }
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! - `context.rs`: the W3C `traceparent` header, read and written.
 //! - `call.rs`: [`traced`] wraps a call in its span, [`TraceObserver`]
-//!   notes the engine's events on it, and the executor opens the CLIENT spans.
+//!   notes the engine's events on it, and the executors open the CLIENT spans
+//!   ([`ClientSpan`]: HTTP requests, and `sluice mcp`'s JSON-RPC ones).
 //! - `export.rs`: [`Tracer`], the sampler and the batch exporter.
 //! - `otlp.rs`: the protobuf messages sent.
 
@@ -13,7 +14,6 @@ mod context;
 mod export;
 mod otlp;
 
-pub(crate) use call::ClientSpan;
-pub use call::{TraceObserver, traced};
+pub use call::{ClientSpan, TraceObserver, traced};
 pub use context::{SpanId, TRACEPARENT, TraceId, TraceParent, hex};
 pub use export::{TraceError, Tracer};

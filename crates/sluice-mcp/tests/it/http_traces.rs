@@ -99,9 +99,18 @@ async fn a_call_posted_to_listen_joins_the_agent_s_trace() {
     assert!(body.contains("done"), "{body}");
     assert!(tracer.flush(Duration::from_secs(5)).await);
     let spans = receiver.spans();
-    assert_eq!(spans.len(), 1, "{spans:#?}");
-    let span = &spans[0];
-    assert_eq!(span.name, "execute_tool lookup");
+    // The call's span, and the CLIENT span of the request sent to the server.
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    let span = spans
+        .iter()
+        .find(|span| span.name == "execute_tool lookup")
+        .unwrap_or_else(|| panic!("no call span: {spans:#?}"));
+    let client = spans
+        .iter()
+        .find(|span| span.name == "tools/call lookup")
+        .unwrap_or_else(|| panic!("no CLIENT span: {spans:#?}"));
+    assert_eq!(client.parent_span_id, span.span_id);
+    assert_eq!(client.trace_id, span.trace_id);
     assert_eq!(span.trace_id, "0af7651916cd43dd8448eb211c80319c");
     assert_eq!(span.parent_span_id, "b7ad6b7169203331");
     assert_eq!(span.attr("gen_ai.tool.call.id"), Some(&json!("2")));
