@@ -299,7 +299,7 @@ fn note(record: &mut Record, event: &Event<'_>) {
 }
 
 /// One upstream request's CLIENT span, a child of its call's: an HTTP
-/// request ([`ClientSpan::http`]) or a JSON-RPC request to an MCP server
+/// request (the HTTP executor's) or a JSON-RPC request to an MCP server
 /// ([`ClientSpan::json_rpc`]); ended with its answer, or as cancelled
 /// when the request is dropped.
 pub struct ClientSpan {
