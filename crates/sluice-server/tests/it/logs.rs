@@ -66,6 +66,13 @@ fn no_secret_in_any_log_line_at_trace() {
 }
 
 async fn logged(capture: Capture) {
+    // A log line's interest is cached per call site when it first fires.
+    // One that first fired on another test's thread while this capture was
+    // being registered can keep the interest of the dispatchers before it
+    // (tracing-core computes it outside the registry's lock), and the
+    // engine's `outcome` line was then never captured: recompute them all,
+    // with this capture among the dispatchers, before any request.
+    tracing::callsite::rebuild_interest_cache();
     let echo = Echo::spawn().await;
     let extra = r#"
 [server]
