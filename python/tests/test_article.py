@@ -26,6 +26,8 @@ def test_five_searches_in_one_turn_stay_under_the_limit(fake_api):
     results = asyncio.run(turn())
 
     starts = fake_api.request_starts()
-    assert starts[3] - starts[2] >= 0.2
+    # No 200 ms holds more than three starts (the first three need not
+    # arrive together on a loaded machine: the fourth follows the first).
+    assert starts[3] - starts[0] >= 0.2
     assert len(starts) == 5
     assert not any(result.status == "rate_limited" for result in results)
