@@ -1,6 +1,6 @@
 """The article's test: five searches in one turn against a key allowing three
 per 200 ms. sluice waits for the window below the model's view: the fourth
-request starts a whole window after the third, nothing is rejected, and the
+request starts a whole window after the first, nothing is rejected, and the
 model is told of no throttling."""
 
 import asyncio
