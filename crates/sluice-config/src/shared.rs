@@ -12,8 +12,12 @@ use crate::file::{CredentialFile, SharedFile};
 use crate::secret::Secret;
 use crate::value;
 
-/// How long one call to the shared backend may take (DESIGN.md: 50 ms).
-pub const DEFAULT_SHARED_TIMEOUT: Duration = Duration::from_millis(50);
+/// How long one call to the shared backend may take: above the slowest
+/// answer of a live Redis on a loaded machine, so that a slow answer is
+/// not taken for an outage (the same default as `sluice-redis`'s
+/// `RedisConfig`; docs/shared-limiter.md, "The bound, and the timeout").
+/// A call never waits past its own deadline for it.
+pub const DEFAULT_SHARED_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// `[shared]`: the shared budget backend (Redis): `redis_url` is one node,
 /// `redis_urls` the seeds of a Redis Cluster.

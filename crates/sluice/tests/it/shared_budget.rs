@@ -360,3 +360,46 @@ async fn a_costlier_high_call_gives_the_shared_grants_it_outranks_back() {
     starts.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
     assert_eq!(starts, [(0, 0.0), (3, 1_000.0), (1, 2_000.0), (2, 2_000.0)]);
 }
+
+/// A shared budget whose backend never answers (Redis stopped, its command
+/// timeout longer than the call's deadline).
+struct Silent;
+
+impl sluice::shared::SharedBudget for Silent {
+    fn reserve<'a>(
+        &'a self,
+        _request: sluice::shared::ReserveRequest<'a>,
+    ) -> sluice::shared::BoxFuture<'a, sluice::shared::Decision> {
+        Box::pin(std::future::pending())
+    }
+
+    fn refund(&self, _credential: &str, _grant: sluice::shared::Grant) {}
+
+    fn block(&self, _: &str, _: &str, _: Duration, _: sluice::shared::Hold) {}
+}
+
+/// Waiting for the shared budget counts against the call's deadline: a
+/// backend slower than the deadline leaves the call `timed_out` at its
+/// deadline, nothing sent, not answered whenever the backend gives up.
+#[tokio::test(start_paused = true)]
+async fn a_shared_budget_slower_than_the_deadline_times_the_call_out_at_its_deadline() {
+    let sim = Sim::always_ok(20);
+    let credential = CredentialConfig::with_rate("5/1s".parse().unwrap()).shared(true);
+    let gate = Gate::builder(
+        config_with(credential, Defaults::default()),
+        SimExecutor(sim.clone()),
+    )
+    .shared(Arc::new(Silent))
+    .build()
+    .unwrap();
+    let began = tokio::time::Instant::now();
+    let outcome = gate
+        .call(Call::new("read", json!({"n": 1})).deadline(Duration::from_millis(300)))
+        .await;
+    let Outcome::TimedOut { hint, .. } = &outcome else {
+        panic!("timed out: {outcome:?}");
+    };
+    assert!(hint.contains("nothing was sent"), "{outcome:?}");
+    assert_eq!(began.elapsed(), Duration::from_millis(300));
+    assert_eq!(sim.count(), 0);
+}

@@ -34,7 +34,11 @@ pub(super) async fn with_shared<'a, E, P>(
     for _ in 0..4 {
         let (at, grant) = match ask_shared(engine, budget, scopes, job, start, latest).await {
             Ok(granted) => granted,
-            Err(denial) => {
+            Err(NoGrant::Deadline) => {
+                drop(local);
+                return Err(Outcome::timed_out(job.deadline.len(), false));
+            }
+            Err(NoGrant::Denied(denial)) => {
                 // The local slots go back first: mirroring the denial may void
                 // them, and a voided slot can no longer be given back.
                 drop(local);
@@ -73,6 +77,20 @@ pub(super) async fn with_shared<'a, E, P>(
     ))
 }
 
+/// Why the shared budget gave the call no start.
+enum NoGrant {
+    /// It said no.
+    Denied(Denial),
+    /// The call's deadline came before its answer did. A budget that waits
+    /// for a slow backend (the Redis budget waits up to its command timeout,
+    /// twice when it must settle a reservation whose answer was lost)
+    /// never holds a call past its deadline: the call is `timed_out`,
+    /// nothing sent, and dropping the budget's future leaves at most a
+    /// grant that charges the shared window for a start that never
+    /// happens.
+    Deadline,
+}
+
 /// The shared budget said no: when the call could start, on which scope, and why.
 struct Denial {
     wait: Duration,
@@ -91,7 +109,7 @@ async fn ask_shared<'a, E, P>(
     job: &Job<'a, P>,
     start: Micros,
     latest: Micros,
-) -> Result<(Micros, SharedGrant<'a>), Denial> {
+) -> Result<(Micros, SharedGrant<'a>), NoGrant> {
     let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
     let limits = &job.credential.limits;
     let enforced = scopes.first().and_then(|primary| primary.enforced_late());
@@ -127,7 +145,10 @@ async fn ask_shared<'a, E, P>(
         late_start: enforced.map_or(Duration::ZERO, |(_, late)| late),
         priority: job.ask.priority,
     };
-    let decision = budget.reserve(request).await;
+    let deadline = Duration::from_micros(job.remaining(now));
+    let Ok(decision) = tokio::time::timeout(deadline, budget.reserve(request)).await else {
+        return Err(NoGrant::Deadline);
+    };
     let now = engine.now();
     match decision {
         Decision::Granted { wait, grant } => Ok((
@@ -138,12 +159,12 @@ async fn ask_shared<'a, E, P>(
                 grant: Some(grant),
             },
         )),
-        Decision::Denied { wait, scope, hold } => Err(Denial {
+        Decision::Denied { wait, scope, hold } => Err(NoGrant::Denied(Denial {
             wait,
             scope,
             hold,
             now,
-        }),
+        })),
     }
 }
 
