@@ -58,7 +58,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 3.0, value_parser = seconds)]
     seconds: f64,
     /// Callers asking at once in each process.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1_024))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_024))]
     callers: u32,
     /// The one key's limit, per second.
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
