@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark and regenerates BENCHMARKS.md from what they print.
-#   scripts/bench.sh            # about 25 minutes on 2 cores
+#   scripts/bench.sh            # about 28 minutes on 2 cores
 # Needs redis-server and nginx on PATH (apt-get install redis-server nginx-light).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +40,8 @@ step "sluice mcp --listen next to the MCP server directly"
 
 step "shared limiter on Redis"
 "$bin" bench shared --json > "$out/shared.json"
+step "shared limiter: the scale curve (1-32 processes, 1 and 3 Cluster masters)"
+"$bin" bench scale --json --chart docs/scale.svg > "$out/scale.json"
 
 step "python: sluice against aiolimiter and pyrate-limiter (a release build of python/)"
 python3 -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt

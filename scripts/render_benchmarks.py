@@ -144,6 +144,8 @@ overhead = json.loads(read("overhead.json"))
 overhead_github = (json.loads(read("overhead-github.json"))
                    if os.path.exists(os.path.join(results, "overhead-github.json")) else None)
 shared = json.loads(read("shared.json"))
+# `sluice bench scale`'s curve, when the run had it (scripts/render_scale.py renders it).
+scale = json.loads(read("scale.json")) if os.path.exists(os.path.join(results, "scale.json")) else None
 # python/bench/compare.py's figures, when the run had the Python package.
 python = json.loads(read("python.json")) if os.path.exists(os.path.join(results, "python.json")) else None
 
@@ -462,6 +464,10 @@ if shared.get("peers"):
           f"{p['admitted_per_second']:.1f} | {p['round_trips_per_admitted']:.3f} | "
           f"{p['busiest_second']} ({p['limit']}) |")
     w("")
+if scale:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import render_scale
+    lines.extend(render_scale.section(scale))
 
 # Python
 if python:
@@ -581,6 +587,7 @@ goals.append(goal(shared["decisions_per_second_with_leases"] >= 50000,
 goals.append(goal(shared["three_processes_ratio"] <= 1.02,
                   f"shared limiter: aggregate ≤ 1.02 x allowed: {shared['three_processes_ratio']:.2f}"))
 goals.extend(budget_goals(scenarios))
+goals.extend(render_scale.goals(scale, goal) if scale else [])
 if python:
     goals.extend(python_goals(python))
 for g in goals:

@@ -12,6 +12,8 @@ mod outcome;
 mod overhead;
 mod peers;
 mod priority;
+mod redis_nodes;
+mod scale;
 mod scenarios;
 mod shared;
 mod ttfb;

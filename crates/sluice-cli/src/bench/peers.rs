@@ -62,14 +62,69 @@ end
 return 0
 ";
 
-/// One limiter's decision, counting its round trips.
-struct Limiter {
+/// The sliding log's next member: one counter for every process here, so
+/// that no two starts of one key share a member (a shared member would
+/// count once).
+static NEXT_MEMBER: AtomicU64 = AtomicU64::new(0);
+
+/// A connection to one server or to a Cluster (the peers' commands name
+/// one key each, so a Cluster routes them by that key's slot).
+#[derive(Clone)]
+enum Conn {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Conn {
+    async fn connect(urls: &[String], cluster: bool) -> anyhow::Result<Self> {
+        if cluster {
+            let client = redis::cluster::ClusterClient::new(urls.to_vec())?;
+            Ok(Conn::Cluster(client.get_async_connection().await?))
+        } else {
+            let url = urls
+                .first()
+                .ok_or_else(|| anyhow::anyhow!("no Redis URL"))?;
+            let client = redis::Client::open(url.as_str())?;
+            Ok(Conn::Single(
+                client.get_multiplexed_async_connection().await?,
+            ))
+        }
+    }
+
+    async fn pipe<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> anyhow::Result<T> {
+        Ok(match self.clone() {
+            Conn::Single(mut conn) => pipe.query_async(&mut conn).await?,
+            Conn::Cluster(mut conn) => pipe.query_async(&mut conn).await?,
+        })
+    }
+
+    async fn script<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::ScriptInvocation<'_>,
+    ) -> anyhow::Result<T> {
+        Ok(match self.clone() {
+            Conn::Single(mut conn) => script.invoke_async(&mut conn).await?,
+            Conn::Cluster(mut conn) => script.invoke_async(&mut conn).await?,
+        })
+    }
+}
+
+/// Where a limiter keeps its counts: one server or a Cluster's nodes.
+pub(crate) struct Target<'a> {
+    pub(crate) urls: &'a [String],
+    pub(crate) cluster: bool,
+    /// sluice's `max_lease` (its default when `None`).
+    pub(crate) max_lease: Option<u32>,
+}
+
+/// One process's limiter, with its own connection (and for sluice its own
+/// lease pool, breaker and heartbeat id), counting its round trips.
+pub(crate) struct Limiter {
     kind: Kind,
-    budget: Option<Arc<RedisBudget>>,
-    conn: redis::aio::MultiplexedConnection,
+    budget: Option<RedisBudget>,
+    conn: Conn,
     script: redis::Script,
     trips: AtomicU64,
-    next: AtomicU64,
     limit: u32,
     /// What sluice's engine asks Redis for under `limit` per second: the
     /// window widened by the default `window_margin`, as every credential
@@ -79,8 +134,50 @@ struct Limiter {
 }
 
 impl Limiter {
-    /// `Some(start)` when admitted (sluice's grant may wait for its slot:
-    /// the start is when it returns).
+    /// `kind` allowing `limit` starts per second on each key.
+    pub(crate) async fn connect(
+        kind: Kind,
+        target: &Target<'_>,
+        limit: u32,
+    ) -> anyhow::Result<Arc<Self>> {
+        let budget = match kind {
+            Kind::Sluice => {
+                let mut config = if target.cluster {
+                    RedisConfig::cluster(target.urls.iter().cloned())
+                } else {
+                    let url = target
+                        .urls
+                        .first()
+                        .ok_or_else(|| anyhow::anyhow!("no Redis URL"))?;
+                    RedisConfig::single(url.clone())
+                };
+                if let Some(slots) = target.max_lease {
+                    config = config.max_lease(slots);
+                }
+                Some(RedisBudget::connect(config).await?)
+            }
+            _ => None,
+        };
+        Ok(Arc::new(Limiter {
+            kind,
+            budget,
+            conn: Conn::connect(target.urls, target.cluster).await?,
+            script: redis::Script::new(SLIDING_LOG),
+            trips: AtomicU64::new(0),
+            limit,
+            engine_rate: engine_rate(limit)?,
+        }))
+    }
+
+    /// The round trips the limiter counted itself (the peers'; sluice's
+    /// are read from the server).
+    pub(crate) fn trips(&self) -> u64 {
+        self.trips.load(Ordering::Relaxed)
+    }
+
+    /// `Some(start)` when admitted: for sluice, the moment the grant came
+    /// back plus its wait (the caller sleeps until then, as the engine
+    /// does).
     async fn decide(&self, key: &str) -> anyhow::Result<Option<Instant>> {
         match self.kind {
             Kind::Sluice => {
@@ -108,8 +205,9 @@ impl Limiter {
                 };
                 Ok(match budget.reserve(request).await {
                     Decision::Granted { wait, .. } => {
-                        tokio::time::sleep(wait).await;
-                        Some(Instant::now())
+                        let start = Instant::now() + wait;
+                        tokio::time::sleep_until(start).await;
+                        Some(start)
                     }
                     Decision::Denied { .. } => None,
                 })
@@ -119,26 +217,25 @@ impl Limiter {
                     .duration_since(std::time::UNIX_EPOCH)?
                     .as_secs();
                 let window_key = format!("peer:fixed:{key}:{second}");
-                let mut conn = self.conn.clone();
                 self.trips.fetch_add(1, Ordering::Relaxed);
-                let (count, _): (u64, i64) = redis::pipe()
-                    .incr(&window_key, 1)
-                    .expire(&window_key, 2)
-                    .query_async(&mut conn)
+                let (count, _): (u64, i64) = self
+                    .conn
+                    .pipe(redis::pipe().incr(&window_key, 1).expire(&window_key, 2))
                     .await?;
                 Ok((count <= u64::from(self.limit)).then(Instant::now))
             }
             Kind::SlidingLog => {
-                let mut conn = self.conn.clone();
                 self.trips.fetch_add(1, Ordering::Relaxed);
-                let member = self.next.fetch_add(1, Ordering::Relaxed);
+                let member = NEXT_MEMBER.fetch_add(1, Ordering::Relaxed);
                 let admitted: i64 = self
-                    .script
-                    .key(format!("peer:log:{key}"))
-                    .arg(1_000_000)
-                    .arg(self.limit)
-                    .arg(member)
-                    .invoke_async(&mut conn)
+                    .conn
+                    .script(
+                        self.script
+                            .key(format!("peer:log:{key}"))
+                            .arg(1_000_000)
+                            .arg(self.limit)
+                            .arg(member),
+                    )
                     .await?;
                 Ok((admitted == 1).then(Instant::now))
             }
@@ -146,10 +243,11 @@ impl Limiter {
     }
 }
 
-/// Runs `kind`: first `callers` tasks back to back under a limit that
-/// never binds (decisions per second), then the same tasks offering three
-/// times `limit` per second (admitted starts, round trips, the busiest
-/// second). `server_trips` reads sluice's round trips from the server.
+/// Runs `kind` in one process on one key: first `callers` tasks back to
+/// back under a limit that never binds (decisions per second), then the
+/// same tasks offering three times `limit` per second (admitted starts,
+/// round trips, the busiest second). `server_trips` reads sluice's round
+/// trips from the server.
 pub(crate) async fn measure<F, Fut>(
     kind: Kind,
     url: &str,
@@ -162,63 +260,59 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<u64>>,
 {
-    let client = redis::Client::open(url)?;
-    let budget = match kind {
-        Kind::Sluice => Some(Arc::new(
-            RedisBudget::connect(RedisConfig::single(url)).await?,
-        )),
-        _ => None,
+    let urls = [url.to_owned()];
+    let target = Target {
+        urls: &urls,
+        cluster: false,
+        max_lease: None,
     };
-    let open = Arc::new(Limiter {
-        kind,
-        budget: budget.clone(),
-        conn: client.get_multiplexed_async_connection().await?,
-        script: redis::Script::new(SLIDING_LOG),
-        trips: AtomicU64::new(0),
-        next: AtomicU64::new(0),
-        limit: 1_000_000,
-        engine_rate: engine_rate(1_000_000)?,
-    });
+    let duration = Duration::from_secs(seconds);
+    let open = Limiter::connect(kind, &target, 1_000_000).await?;
     let before = server_trips().await?;
-    let (decided, _) = drive(&open, "open", callers, seconds, None).await?;
+    let (decided, _) = drive(
+        std::slice::from_ref(&open),
+        &["open".into()],
+        callers,
+        duration,
+        None,
+    )
+    .await?;
     let open_trips = match kind {
         Kind::Sluice => server_trips().await? - before,
-        _ => open.trips.load(Ordering::Relaxed),
+        _ => open.trips(),
     };
+    drop(open);
 
-    let bound = Arc::new(Limiter {
-        kind,
-        budget,
-        conn: client.get_multiplexed_async_connection().await?,
-        script: redis::Script::new(SLIDING_LOG),
-        trips: AtomicU64::new(0),
-        next: AtomicU64::new(0),
-        limit,
-        engine_rate: engine_rate(limit)?,
-    });
-    // Three times the limit offered: each caller asks once per this.
-    let pace = Duration::from_secs_f64(callers as f64 / (3.0 * f64::from(limit)));
+    let bound = Limiter::connect(kind, &target, limit).await?;
     let before = server_trips().await?;
-    let (_, starts) = drive(&bound, "bound", callers, seconds, Some(pace)).await?;
+    let (_, starts) = drive(
+        std::slice::from_ref(&bound),
+        &["bound".into()],
+        callers,
+        duration,
+        Some(pace(callers, limit, 1)),
+    )
+    .await?;
     let bound_trips = match kind {
         Kind::Sluice => server_trips().await? - before,
-        _ => bound.trips.load(Ordering::Relaxed),
+        _ => bound.trips(),
     };
-    let origin = starts.first().copied();
-    let mut times: Vec<f64> = starts
-        .iter()
-        .map(|t| origin.map_or(0.0, |o| t.duration_since(o).as_secs_f64() * 1_000.0))
-        .collect();
-    times.sort_by(f64::total_cmp);
+    let admitted: usize = starts.iter().map(Vec::len).sum();
     Ok(Peer {
         limiter: kind.name(),
         decisions_per_second: decided as f64 / seconds as f64,
         round_trips_per_decision: open_trips as f64 / decided.max(1) as f64,
-        admitted_per_second: starts.len() as f64 / seconds as f64,
-        round_trips_per_admitted: bound_trips as f64 / starts.len().max(1) as f64,
-        busiest_second: busiest(&times, 1_000.0),
+        admitted_per_second: admitted as f64 / seconds as f64,
+        round_trips_per_admitted: bound_trips as f64 / admitted.max(1) as f64,
+        busiest_second: busiest_of(&starts),
         limit,
     })
+}
+
+/// How often each of `callers` asks for three times `limit` per second on
+/// each of `keys` keys in all.
+pub(crate) fn pace(callers: usize, limit: u32, keys: usize) -> Duration {
+    Duration::from_secs_f64(callers as f64 / (3.0 * f64::from(limit) * keys as f64))
 }
 
 /// `limit` per second as the engine sends it to Redis: the window widened
@@ -230,47 +324,80 @@ fn engine_rate(limit: u32) -> anyhow::Result<Rate> {
     Rate::new(count, window).ok_or_else(|| anyhow::anyhow!("no rate of {limit} per {window:?}"))
 }
 
-/// `callers` tasks deciding for `seconds` (back to back, or one attempt per
-/// `pace` each); returns the decisions made and the admitted starts.
-async fn drive(
-    limiter: &Arc<Limiter>,
-    key: &'static str,
+/// `callers` tasks per process (one limiter each) deciding for `duration`
+/// (back to back, or one attempt per `pace` each), each caller going round
+/// `keys` from its own place; returns the decisions made and the admitted
+/// starts by key.
+pub(crate) async fn drive(
+    processes: &[Arc<Limiter>],
+    keys: &[String],
     callers: usize,
-    seconds: u64,
+    duration: Duration,
     pace: Option<Duration>,
-) -> anyhow::Result<(u64, Vec<Instant>)> {
+) -> anyhow::Result<(u64, Vec<Vec<Instant>>)> {
     let decided = Arc::new(AtomicU64::new(0));
-    let starts = Arc::new(Mutex::new(Vec::new()));
-    let until = Instant::now() + Duration::from_secs(seconds);
+    let starts = Arc::new(Mutex::new(vec![Vec::new(); keys.len()]));
+    let keys: Arc<[String]> = keys.into();
+    let until = Instant::now() + duration;
+    let everyone = processes.len() * callers;
     let mut tasks = tokio::task::JoinSet::new();
-    for caller in 0..callers {
-        let (limiter, decided, starts) = (limiter.clone(), decided.clone(), starts.clone());
-        tasks.spawn(async move {
-            // Spread the paced callers over one interval.
-            if let Some(pace) = pace {
-                tokio::time::sleep(pace.mul_f64(caller as f64 / callers as f64)).await;
-            }
-            while Instant::now() < until {
-                let asked = Instant::now();
-                let start = limiter.decide(key).await?;
-                decided.fetch_add(1, Ordering::Relaxed);
-                if let Some(start) = start
-                    && pace.is_some()
-                {
-                    starts.lock().push(start);
-                }
+    for (p, limiter) in processes.iter().enumerate() {
+        for c in 0..callers {
+            let (limiter, decided, starts, keys) = (
+                limiter.clone(),
+                decided.clone(),
+                starts.clone(),
+                keys.clone(),
+            );
+            let caller = p * callers + c;
+            tasks.spawn(async move {
+                // Spread the paced callers over one interval.
                 if let Some(pace) = pace {
-                    tokio::time::sleep_until(asked + pace).await;
+                    tokio::time::sleep(pace.mul_f64(caller as f64 / everyone as f64)).await;
                 }
-            }
-            anyhow::Ok(())
-        });
+                let mut turn = caller;
+                while Instant::now() < until {
+                    let asked = Instant::now();
+                    let k = turn % keys.len().max(1);
+                    turn += 1;
+                    let Some(key) = keys.get(k) else { break };
+                    let start = limiter.decide(key).await?;
+                    decided.fetch_add(1, Ordering::Relaxed);
+                    if let Some(start) = start
+                        && pace.is_some()
+                    {
+                        starts.lock()[k].push(start);
+                    }
+                    if let Some(pace) = pace {
+                        tokio::time::sleep_until(asked + pace).await;
+                    }
+                }
+                anyhow::Ok(())
+            });
+        }
     }
     while let Some(done) = tasks.join_next().await {
         done??;
     }
     let starts = std::mem::take(&mut *starts.lock());
     Ok((decided.load(Ordering::Relaxed), starts))
+}
+
+/// The most starts of any one key in any one-second window.
+pub(crate) fn busiest_of(starts: &[Vec<Instant>]) -> usize {
+    let origin = starts.iter().flatten().min().copied();
+    starts
+        .iter()
+        .map(|key| {
+            let mut times: Vec<f64> = key
+                .iter()
+                .map(|t| origin.map_or(0.0, |o| t.duration_since(o).as_secs_f64() * 1_000.0))
+                .collect();
+            times.sort_by(f64::total_cmp);
+            busiest(&times, 1_000.0)
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The most sorted times (ms) in any window of `window_ms`.

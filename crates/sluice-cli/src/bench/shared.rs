@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use redis::AsyncCommands;
 use serde::Serialize;
 use sluice::Rate;
 use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
@@ -28,6 +27,7 @@ use tokio::time::Instant;
 
 use super::children::Server;
 use super::peers::Kind;
+use super::redis_nodes::RedisNodes;
 
 /// Flags of `sluice bench shared`.
 #[derive(Debug, clap::Args)]
@@ -63,43 +63,18 @@ struct Figures {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
     let dir = std::env::temp_dir().join(format!("sluice-bench-shared-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let dir_text = dir
-        .to_str()
-        .context("temporary path is not UTF-8")?
-        .to_owned();
-    let port_text = port.to_string();
-    let _redis = Server::tcp(
-        "redis-server",
-        &[
-            "--port",
-            &port_text,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            &dir_text,
-        ],
-        port,
-    )
-    .await?;
-    let url = format!("redis://127.0.0.1:{port}");
-    let redis = redis::Client::open(url.as_str())?;
+    let redis = RedisNodes::single("shared").await?;
+    let url = redis.urls().first().context("no node")?.clone();
 
     let (with_rate, with_trips) = decisions(&url, &redis, None, &args).await?;
     let (without_rate, without_trips) = decisions(&url, &redis, Some(1), &args).await?;
     let (busiest, trips, tally) = three_processes(&url, &redis, &dir, &args).await?;
     let mut peers = Vec::new();
     for kind in [Kind::Sluice, Kind::FixedWindow, Kind::SlidingLog] {
-        reset_stats(&redis).await?;
-        let trips = || round_trips(&redis);
+        redis.reset().await?;
+        let trips = || redis.round_trips();
         peers.push(
             super::peers::measure(kind, &url, args.callers, args.seconds, args.limit, trips)
                 .await?,
@@ -126,48 +101,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Round trips a client sends (scripts and their loading), not the
-/// commands scripts run inside.
-async fn round_trips(redis: &redis::Client) -> anyhow::Result<u64> {
-    let mut conn = redis.get_multiplexed_async_connection().await?;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await?;
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let counted = matches!(name, "evalsha" | "eval" | "script|load" | "script");
-            let calls: u64 = rest
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            counted.then_some(calls)
-        })
-        .sum())
-}
-
-async fn reset_stats(redis: &redis::Client) -> anyhow::Result<()> {
-    let mut conn = redis.get_multiplexed_async_connection().await?;
-    let _: () = conn.flushall().await?;
-    let _: String = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await?;
-    Ok(())
-}
-
 /// `callers` tasks reserving back to back on one budget, under a limit far
 /// above what they ask: every decision is a grant.
 async fn decisions(
     url: &str,
-    redis: &redis::Client,
+    redis: &RedisNodes,
     max_lease: Option<u32>,
     args: &Args,
 ) -> anyhow::Result<(f64, f64)> {
-    reset_stats(redis).await?;
+    redis.reset().await?;
     let mut config = RedisConfig::single(url);
     if let Some(slots) = max_lease {
         config = config.max_lease(slots);
@@ -209,7 +151,7 @@ async fn decisions(
     }
     while callers.join_next().await.is_some() {}
     let granted = granted.load(Ordering::Relaxed);
-    let trips = round_trips(redis).await?;
+    let trips = redis.round_trips().await?;
     Ok((
         granted as f64 / args.seconds as f64,
         trips as f64 / granted.max(1) as f64,
@@ -247,11 +189,11 @@ impl Tally {
 /// hard; returns the busiest second at the fake and round trips per call.
 async fn three_processes(
     url: &str,
-    redis: &redis::Client,
+    redis: &RedisNodes,
     dir: &std::path::Path,
     args: &Args,
 ) -> anyhow::Result<(usize, f64, Tally)> {
-    reset_stats(redis).await?;
+    redis.reset().await?;
     let fake = Server::unlimited_fake()?;
     let config = dir.join("shared.toml");
     std::fs::write(
@@ -310,7 +252,7 @@ async fn three_processes(
         }
         busiest = busiest.max(hi - lo + 1);
     }
-    let trips = round_trips(redis).await?;
+    let trips = redis.round_trips().await?;
     let mut tally = Tally::default();
     for sidecar in &sidecars {
         tally.add(&get_json(&client, &format!("{}/v1/status", sidecar.url)).await?);

@@ -1,4 +1,4 @@
-//! `--chart`: every run, both phases, as a timeline of what hit the key, against its limit.
+//! Charts as SVG: `--chart`'s timeline of every run, both phases, of what hit the key against its limit; and [`lines`], log-log line panels (`sluice bench scale --chart`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -122,6 +122,128 @@ pub(crate) fn write(path: &Path, runs: &[Run], duration: Duration) -> anyhow::Re
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.3))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// One line of a [`lines`] panel: its label and its points (x, y).
+pub(crate) struct Line {
+    pub(crate) label: String,
+    pub(crate) points: Vec<(f64, f64)>,
+}
+
+/// One panel of a [`lines`] chart: both axes logarithmic, with dashed
+/// horizontal marks (a target, a limit) labelled in the legend.
+pub(crate) struct Panel {
+    pub(crate) caption: String,
+    pub(crate) x_desc: String,
+    pub(crate) y_desc: String,
+    pub(crate) lines: Vec<Line>,
+    pub(crate) marks: Vec<(String, f64)>,
+}
+
+/// Line colours, in the order lines are drawn (the timeline's palette).
+const LINE_COLOURS: [RGBColor; 4] = [
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(70, 130, 180),
+    RGBColor(255, 127, 14),
+];
+
+/// Side-by-side log-log line charts, as an SVG at `path`, in the
+/// timeline's style: one panel each, its lines marked at every point.
+pub(crate) fn lines(path: &Path, title: &str, panels: &[Panel]) -> anyhow::Result<()> {
+    let width = 520 * u32::try_from(panels.len().max(1))?;
+    let root = SVGBackend::new(path, (width, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (head, body) = root.split_vertically(40);
+    head.draw_text(title, &("sans-serif", 20).into_text_style(&head), (20, 12))?;
+    for (area, panel) in body
+        .split_evenly((1, panels.len().max(1)))
+        .iter()
+        .zip(panels)
+    {
+        let xs = panel
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.0));
+        let ys = panel
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1))
+            .chain(panel.marks.iter().map(|m| m.1))
+            .filter(|y| *y > 0.0);
+        let (x_lo, x_hi) = xs.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let (y_lo, y_hi) = ys.fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
+        let (x_lo, x_hi) = if x_lo <= x_hi {
+            (x_lo.max(1e-9), x_hi)
+        } else {
+            (1.0, 10.0)
+        };
+        let (y_lo, y_hi) = if y_lo <= y_hi {
+            (y_lo, y_hi)
+        } else {
+            (1.0, 10.0)
+        };
+        let x_range = (x_lo / 1.2)..(x_hi * 1.2);
+        // Room above for the legend.
+        let y_range = (y_lo / 2.0)..(y_hi * 8.0);
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.caption, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(32)
+            .y_label_area_size(56)
+            .build_cartesian_2d(x_range.clone().log_scale(), y_range.log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc(panel.x_desc.as_str())
+            .y_desc(panel.y_desc.as_str())
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| {
+                if *v >= 1.0 {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v:.2}")
+                }
+            })
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        for (i, line) in panel.lines.iter().enumerate() {
+            let colour = LINE_COLOURS[i % LINE_COLOURS.len()];
+            let points: Vec<(f64, f64)> =
+                line.points.iter().filter(|p| p.1 > 0.0).copied().collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))?
+                .label(line.label.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 12, y)], colour.stroke_width(2))
+                });
+            chart.draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, colour.filled())),
+            )?;
+        }
+        for (label, y) in &panel.marks {
+            let dashes = (0..40).map(|i| {
+                let at = |j: f64| x_range.start * (x_range.end / x_range.start).powf(j / 80.0);
+                PathElement::new(
+                    [(at(2.0 * i as f64), *y), (at(2.0 * i as f64 + 1.0), *y)],
+                    BLACK.stroke_width(1),
+                )
+            });
+            chart
+                .draw_series(dashes)?
+                .label(label.as_str())
+                .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.stroke_width(1)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK.mix(0.3))
             .draw()?;

@@ -1,6 +1,6 @@
 //! `sluice demo`: the shared-key incident from the article, replayed with a naive harness and with sluice.
 
-mod chart;
+pub(crate) mod chart;
 mod command;
 pub(crate) mod model;
 mod progress;

@@ -8,6 +8,7 @@
 
 mod support;
 
+mod bench_scale;
 mod config_bounds;
 mod demo;
 mod e2e_mcp;
