@@ -13,7 +13,9 @@ use crate::outcome::{Outcome, Reason};
 use crate::pipeline::holds;
 use crate::pipeline::job::Job;
 use crate::scope::ScopeRef;
-use crate::shared::{Decision, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow};
+use crate::shared::{
+    Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
+};
 
 /// Adds the shared budget's grant to the local slots held for `start`;
 /// when it grants a later start, the local slots move there.
@@ -32,7 +34,8 @@ pub(super) async fn with_shared<'a, E, P>(
     // start: a grant must be charged where the call really starts, or the
     // shared windows would count it early.
     for _ in 0..4 {
-        let (at, grant) = match ask_shared(engine, budget, scopes, job, start, latest).await {
+        let asked = ask_shared(engine, budget, scopes, job, (start, latest), None).await;
+        let (at, grant) = match asked {
             Ok(granted) => granted,
             Err(denial) => {
                 // The local slots go back first: mirroring the denial may void
@@ -74,7 +77,7 @@ pub(super) async fn with_shared<'a, E, P>(
 }
 
 /// The shared budget said no: when the call could start, on which scope, and why.
-struct Denial {
+pub(super) struct Denial {
     wait: Duration,
     scope: String,
     hold: Hold,
@@ -83,14 +86,15 @@ struct Denial {
 }
 
 /// Asks the shared budget for a start no earlier than `start` and no
-/// later than `latest`.
-async fn ask_shared<'a, E, P>(
+/// later than `latest`; `instead` of the grant the call holds, if any
+/// ([`SharedBudget::reserve_instead`]).
+pub(super) async fn ask_shared<'a, E, P>(
     engine: &Engine<E>,
     budget: &'a Arc<dyn SharedBudget>,
     scopes: &[ScopeRef],
     job: &Job<'a, P>,
-    start: Micros,
-    latest: Micros,
+    (start, latest): (Micros, Micros),
+    instead: Option<&Grant>,
 ) -> Result<(Micros, SharedGrant<'a>), Denial> {
     let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
     let limits = &job.credential.limits;
@@ -127,7 +131,10 @@ async fn ask_shared<'a, E, P>(
         late_start: enforced.map_or(Duration::ZERO, |(_, late)| late),
         priority: job.ask.priority,
     };
-    let decision = budget.reserve(request).await;
+    let decision = match instead {
+        Some(held) => budget.reserve_instead(request, held).await,
+        None => budget.reserve(request).await,
+    };
     let now = engine.now();
     match decision {
         Decision::Granted { wait, grant } => Ok((
