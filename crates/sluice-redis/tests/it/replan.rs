@@ -323,3 +323,91 @@ async fn no_waiting_call_starts_later_for_a_re_plan() {
         }
     }
 }
+
+/// The spend script's side of a move, on exact server times: tokens at
+/// 100 a second, 40 a call. Calls at 0 and 0, then two at 1 s; the first
+/// settles at 10. Asked to move earlier, the call at 1 s is placed with
+/// its own start set aside: it fits at 0.1 s (its own start would have
+/// filled the window ending at 1 s), and both starts stay logged until
+/// its caller gives the old one back. The second call at 1 s does not
+/// fit earlier: denied, and its start is still there, unmoved.
+#[tokio::test]
+async fn the_spend_script_sets_the_callers_own_start_aside_and_keeps_it() {
+    let _turn = crate::support::module_turn(module_path!());
+    use sluice_redis::Clock;
+    use sluice_redis::keys::CredentialKeys;
+    use sluice_redis::spend::{Budget, Lease, SpendScripts, Spent, Window};
+    const S: u64 = 1_000_000;
+    let server = RedisServer::start();
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let scripts = SpendScripts::default();
+    let keys = CredentialKeys::new("sluice", "openai");
+    let budgets = vec![Budget::unit("tokens", 0, 100, S, 40)];
+    for (call, wait) in [("c0", 0), ("c1", 0), ("c2", S), ("c3", S)] {
+        let spent = scripts
+            .reserve(&mut conn, &keys, &budgets, call, 2 * S, Clock::At(0))
+            .await
+            .unwrap();
+        assert_eq!(spent, Spent::Granted { wait }, "{call}");
+    }
+    scripts
+        .settle(&mut conn, &keys, &budgets, "c0", 10)
+        .await
+        .unwrap();
+    let moving = |from: &'static str, to: &'static str| {
+        let (scripts, budgets, keys, mut conn) =
+            (scripts.clone(), budgets.clone(), keys.clone(), conn.clone());
+        async move {
+            let stale = vec![format!("!{from}")];
+            let lease = Lease {
+                slots: 1,
+                horizon: 0,
+                lead: 0,
+                stale: &stale,
+            };
+            // At 0.1 s, strictly before its own start at 1 s.
+            let window = Window {
+                not_before: 0,
+                max_wait: S - S / 10 - 1,
+            };
+            let at = Clock::At(S / 10);
+            let seen = scripts
+                .reserve_leased(&mut conn, &keys, &budgets, to, window, lease, None, at)
+                .await
+                .unwrap();
+            seen.spent
+        }
+    };
+    let log = |server: &RedisServer| -> Vec<(String, u64)> {
+        server.command(&[
+            "ZRANGE",
+            "sluice:{openai}:b:tokens:0",
+            "0",
+            "-1",
+            "WITHSCORES",
+        ])
+    };
+    assert_eq!(moving("c2", "c2b").await, Spent::Granted { wait: 0 });
+    assert!(matches!(moving("c3", "c3b").await, Spent::Denied { .. }));
+    let logged = log(&server);
+    let entry = |member: &str, at: u64| {
+        (
+            format!("{member}|{}", if member == "c0" { 10 } else { 40 }),
+            at,
+        )
+    };
+    for expected in [
+        entry("c0", 0),
+        entry("c1", 0),
+        entry("c2b", S / 10),
+        entry("c2", S),
+        entry("c3", S),
+    ] {
+        assert!(logged.contains(&expected), "{expected:?} in {logged:?}");
+    }
+    assert_eq!(logged.len(), 5, "{logged:?}");
+}
