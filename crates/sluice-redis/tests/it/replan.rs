@@ -141,10 +141,11 @@ fn answer(server: &FakeServer, q: &str, used: u64) {
 /// must be answered when `answered`.
 async fn run(gate: &Gate<Noting>, calls: &[(String, u64)], answered: bool) {
     // In their order, 12 ms apart: each is planned (asked Redis) before
-    // the next arrives. Calls arriving within the same few hundred µs on a
-    // credential of several windows are at times deferred by this
-    // process's own cells at once, re-plan or not (see the report of
-    // issue 50's shared re-plan); that is not what this measures.
+    // the next arrives. Calls arriving within the same few ms on a shared
+    // credential of several windows are at times deferred at once by this
+    // process's own cells, 4 s out, with or without the re-plan (2 of 6
+    // runs of the eight calls below 5 ms apart, before it); that is not
+    // what these tests measure.
     let calls = calls.iter().enumerate().map(|(n, (q, estimate))| {
         let call = Call::new("chat", json!({ "q": q, "max_tokens": estimate }))
             .deadline(Duration::from_secs(6));
