@@ -33,12 +33,14 @@ use crate::keys::CredentialKeys;
 use crate::lease::{LATE_FLOOR, LEAD, Pool, Pooled, share_cap};
 use crate::runner::Runner;
 use crate::spend::{
-    Bucket, Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, budgets,
-    further_member, is_unit, void,
+    Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, budgets, further_member,
+    void,
 };
 use crate::store::Clock;
 use crate::unknown;
 use crate::worker::Jobs;
+
+mod settle;
 
 /// How long what a member charged is kept for its refund or settle: a
 /// call's answer comes within its deadline, far less than this.
@@ -276,11 +278,14 @@ impl Spends {
 
     /// Charges every window of `request` at one start between `not_before`
     /// and `max_wait` from now, or nothing; `beat` is the name this
-    /// process beats the credential's heartbeat under.
+    /// process beats the credential's heartbeat under. `moving`: the
+    /// member whose start the caller holds, left out of the windows while
+    /// this start is placed (and kept: the caller gives back the one not
+    /// used).
     pub(crate) async fn reserve(
         self: &Arc<Self>,
         runner: &Arc<Runner>,
-        request: &ReserveRequest<'_>,
+        (request, moving): (&ReserveRequest<'_>, Option<&str>),
         (not_before, max_wait): (Duration, Duration),
         leasing: Option<Leasing>,
         (beat, clock): (&str, &ServerClock),
@@ -317,7 +322,12 @@ impl Spends {
             self.refund_all(runner, stale);
             return Asked::Fallback("circuit breaker open".into());
         }
-        let lease = self.lease(&key, leasing, &stale, now);
+        let sent: Vec<String> = stale
+            .iter()
+            .cloned()
+            .chain(moving.map(|m| format!("!{m}")))
+            .collect();
+        let lease = self.lease(&key, leasing, &sent, now);
         let keys = runner.store().keys(request.credential);
         // A spend that timed out is settled by its id (`crate::unknown`)
         // and, settled, asked again once under a new one.
@@ -529,65 +539,6 @@ impl Spends {
                 tracing::debug!(%error, "could not refund a spend; it expires with its windows");
             }
         })
-    }
-
-    /// Trues `member`'s cost in `unit` up from `estimate` to `actual`, in
-    /// the background.
-    pub(crate) fn settle(
-        self: &Arc<Self>,
-        runner: &Arc<Runner>,
-        member: &str,
-        unit: &str,
-        estimate: u64,
-        actual: u64,
-    ) {
-        let (credential, budgets, granted) = {
-            let mut held = self.held.lock();
-            let Some(entry) = held.get_mut(member) else {
-                return;
-            };
-            let mut charged = Vec::new();
-            // The buckets among them, renumbered to `charged`.
-            let mut buckets = Vec::new();
-            for (index, budget) in entry.budgets.iter_mut().enumerate() {
-                // The unit's windows, and its low share's for a low call.
-                if is_unit(&budget.name, unit) && budget.cost == estimate {
-                    if let Some(bucket) = entry.granted.buckets.iter().find(|b| b.budget == index) {
-                        buckets.push(Bucket {
-                            budget: charged.len(),
-                            ..*bucket
-                        });
-                    }
-                    charged.push(budget.clone());
-                    budget.cost = actual;
-                }
-            }
-            let granted = Granted {
-                start: entry.granted.start,
-                buckets,
-            };
-            (entry.credential.clone(), charged, granted)
-        };
-        if budgets.is_empty() {
-            return;
-        }
-        if actual < estimate {
-            self.forget_busy(&credential);
-        }
-        let (this, runner, member) = (self.clone(), runner.clone(), member.to_owned());
-        spawn(async move {
-            let keys = runner.store().keys(&credential);
-            let done = runner
-                .run(|_, mut conn| async move {
-                    this.scripts
-                        .settle_buckets(&mut conn, &keys, &budgets, &member, &granted, actual)
-                        .await
-                })
-                .await;
-            if let Err(error) = done {
-                tracing::debug!(%error, "could not settle a spend in Redis; the estimate stays");
-            }
-        });
     }
 }
 

@@ -63,10 +63,58 @@ pub trait Seated: Send {
 }
 
 /// A seat's start and what it holds for it; `held` is `None` once a call
-/// that outranks it took it (or its own call stood up with it).
+/// that outranks it took it (or its own call stood up with it, or lifted
+/// it to ask for an earlier start). `turn`: a re-plan's turn, not yet
+/// taken ([`Seats::replan`]).
 struct SeatState<S, T> {
     start: S,
     held: Option<T>,
+    turn: Option<Turn>,
+}
+
+/// A waiting call's turn to ask for an earlier start, in a re-plan
+/// ([`Seats::replan`]): it comes once every call before it in the order
+/// has asked (dropped its turn) or left.
+#[derive(Debug)]
+pub struct Turn {
+    round: Arc<Round>,
+    index: usize,
+}
+
+/// One re-plan's turns: the first not yet done, and which are.
+#[derive(Debug, Default)]
+struct Round {
+    state: Mutex<(usize, Vec<bool>)>,
+    moved: Notify,
+}
+
+impl Turn {
+    /// Resolves once the calls before this one in the re-plan have asked.
+    pub async fn come(&mut self) {
+        loop {
+            let moved = std::pin::pin!(self.round.moved.notified());
+            let mut moved = moved;
+            moved.as_mut().enable();
+            if self.round.state.lock().0 >= self.index {
+                return;
+            }
+            moved.await;
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut state = self.round.state.lock();
+        if let Some(done) = state.1.get_mut(self.index) {
+            *done = true;
+        }
+        while state.1.get(state.0).copied() == Some(true) {
+            state.0 += 1;
+        }
+        drop(state);
+        self.round.moved.notify_waiters();
+    }
 }
 
 struct Seat<S, T> {
@@ -129,6 +177,9 @@ pub enum Stood<S, T> {
     Later(S),
     /// A call that outranks it took what it held.
     Taken,
+    /// Room freed in front of it (a true-up below the estimate): its turn
+    /// to ask for an earlier start. It still holds its start.
+    Replan(Turn),
 }
 
 impl<S: Copy + Ord, T: Seated> Sitting<'_, S, T> {
@@ -151,12 +202,35 @@ impl<S: Copy + Ord, T: Seated> Sitting<'_, S, T> {
         let mut state = self.seat.state.lock();
         match state.held.take() {
             None => Stood::Taken,
-            Some(held) if state.start <= now => Stood::Ready(held),
+            Some(held) if state.start <= now => {
+                state.turn = None;
+                Stood::Ready(held)
+            }
             Some(held) => {
                 state.held = Some(held);
-                Stood::Later(state.start)
+                match state.turn.take() {
+                    Some(turn) => Stood::Replan(turn),
+                    None => Stood::Later(state.start),
+                }
             }
         }
+    }
+
+    /// Takes what the call holds out of its seat, to ask for an earlier
+    /// start with it: while it is out, no call that outranks this one
+    /// takes or moves it. `None` when one took it already.
+    pub fn lift(&self) -> Option<(S, T)> {
+        let mut state = self.seat.state.lock();
+        let held = state.held.take()?;
+        Some((state.start, held))
+    }
+
+    /// Puts what the call holds for `start` back into its seat, after
+    /// [`Sitting::lift`].
+    pub fn reseat(&self, start: S, held: T) {
+        let mut state = self.seat.state.lock();
+        state.start = start;
+        state.held = Some(held);
     }
 }
 
@@ -230,11 +304,46 @@ impl<S: Copy + Ord, T: Seated> Seats<S, T> {
             state: Mutex::new(SeatState {
                 start,
                 held: Some(held),
+                turn: None,
             }),
             changed: Notify::new(),
         });
         self.waiting.lock().push(seat.clone());
         Sitting { seats: self, seat }
+    }
+
+    /// Room was freed in front of the waiting calls (issue 50): each is
+    /// woken in its turn to ask for an earlier start, highest priority
+    /// first and in arrival order within a priority, one after another,
+    /// each once the one before has asked. A call that asks nothing (its
+    /// start came, or it left) passes its turn on; one asking already
+    /// (from an earlier re-plan) takes its turn once it sits again.
+    pub fn replan(&self) {
+        let waiting = self.waiting.lock();
+        // Those asking now included: their ask may have missed this room,
+        // and they take their new turn once they sit again.
+        let mut order: Vec<&Arc<Seat<S, T>>> = waiting.iter().collect();
+        // Stable: arrival order within a priority.
+        order.sort_by_key(|seat| std::cmp::Reverse(seat.priority));
+        let round = Arc::new(Round {
+            state: Mutex::new((0, vec![false; order.len()])),
+            moved: Notify::new(),
+        });
+        for (index, seat) in order.into_iter().enumerate() {
+            let turn = Turn {
+                round: round.clone(),
+                index,
+            };
+            // A turn it had not taken yet passes on, dropped.
+            let before = seat.state.lock().turn.replace(turn);
+            drop(before);
+            seat.changed.notify_one();
+        }
+    }
+
+    /// True when no call waits (none is seated, nor asking from its seat).
+    pub fn is_empty(&self) -> bool {
+        self.waiting.lock().is_empty()
     }
 
     /// True when a call of lower priority than `priority` waits to start
@@ -271,6 +380,7 @@ impl<S: Copy + Ord, T: Seated> Seats<S, T> {
             let SeatState {
                 start: theirs,
                 held: Some(their_held),
+                ..
             } = &mut *state
             else {
                 continue;
@@ -456,92 +566,4 @@ impl<S, T> Drop for Outranked<S, T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use super::*;
-
-    /// A spend by name; giving it back counts.
-    struct Spend(&'static str, Arc<AtomicUsize>);
-
-    impl Seated for Spend {
-        fn same_spend(&self, other: &Spend) -> bool {
-            self.0 == other.0
-        }
-
-        /// A longer name spends more: "aa" covers "a".
-        fn covers(&self, other: &Spend) -> bool {
-            self.0.starts_with(other.0)
-        }
-
-        fn give_back(self) {
-            self.1.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn start_of(sitting: &Sitting<'_, u64, Spend>) -> Option<u64> {
-        sitting.look(|_| ()).map(|(start, ())| start)
-    }
-
-    /// A high caller holding 30 takes the earliest start among the calls it
-    /// outranks that spend the same (10); they move one start later each
-    /// (10 → 20, 20 → 30); a call that spends otherwise keeps its start.
-    #[test]
-    fn a_swap_moves_the_outranked_calls_of_the_same_spend_one_start_later() {
-        let given = Arc::new(AtomicUsize::new(0));
-        let spend = |name| Spend(name, given.clone());
-        let seats = Seats::default();
-        let first = seats.sit(Priority::Low, 10, spend("a"));
-        let other = seats.sit(Priority::Normal, 15, spend("b"));
-        let second = seats.sit(Priority::Low, 20, spend("a"));
-        let mut mine = spend("a");
-        assert_eq!(seats.swap(Priority::High, 30, &mut mine), 10);
-        assert_eq!(start_of(&first), Some(20));
-        assert_eq!(start_of(&second), Some(30));
-        assert_eq!(start_of(&other), Some(15));
-        // Nothing moves for an equal priority, nor for a start before theirs.
-        assert_eq!(seats.swap(Priority::Low, 40, &mut spend("a")), 40);
-        assert_eq!(seats.swap(Priority::High, 5, &mut spend("a")), 5);
-        assert!(matches!(first.stand(19), Stood::Later(20)));
-        assert!(matches!(first.stand(20), Stood::Ready(_)));
-        assert_eq!(given.load(Ordering::SeqCst), 0);
-        // A seat dropped with its spend still in it gives the spend back;
-        // one that stood up with it does not.
-        drop(first);
-        drop(second);
-        assert_eq!(given.load(Ordering::SeqCst), 1);
-        seats.outrank(Priority::High, 16);
-        assert!(matches!(other.stand(100), Stood::Taken));
-        assert_eq!(given.load(Ordering::SeqCst), 2);
-    }
-
-    /// A high caller holding 30 for "a" takes what the earliest outranked
-    /// call that covers it holds ("aa" at 10, not "b" at 5, nor the normal
-    /// call's "aa" at 8, which ranks as high as a normal caller): that call
-    /// finds it taken, and the caller has its own spend to give back.
-    #[test]
-    fn a_covering_take_takes_the_earliest_outranked_spend_that_covers() {
-        let given = Arc::new(AtomicUsize::new(0));
-        let spend = |name| Spend(name, given.clone());
-        let seats = Seats::default();
-        let other = seats.sit(Priority::Low, 5, spend("b"));
-        let normal = seats.sit(Priority::Normal, 8, spend("aa"));
-        let first = seats.sit(Priority::Low, 10, spend("aa"));
-        let later = seats.sit(Priority::Low, 20, spend("aaa"));
-        let mut mine = spend("a");
-        let (start, old) = seats
-            .take_covering(Priority::Normal, 30, &mut mine)
-            .expect("a covering seat");
-        assert_eq!((start, mine.0, old.0), (10, "aa", "a"));
-        assert!(matches!(first.stand(100), Stood::Taken));
-        assert_eq!(start_of(&later), Some(20));
-        assert_eq!(start_of(&normal), Some(8));
-        assert_eq!(start_of(&other), Some(5));
-        // Nothing earlier than its start covers it: it keeps what it holds.
-        let mut mine = spend("a");
-        assert!(seats.take_covering(Priority::High, 6, &mut mine).is_none());
-        assert_eq!(mine.0, "a");
-        // Nothing was given back: the taken spend is the caller's now.
-        assert_eq!(given.load(Ordering::SeqCst), 0);
-    }
-}
+mod tests;

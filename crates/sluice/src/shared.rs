@@ -162,6 +162,38 @@ pub trait SharedBudget: Send + Sync + 'static {
     fn settle(&self, credential: &str, grant: &Grant, unit: &str, estimate: u64, actual: u64) {
         let _ = (credential, grant, unit, estimate, actual);
     }
+
+    /// [`SharedBudget::settle`], resolving once the backend has the
+    /// true-up, so that a reservation asked after it sees the room it
+    /// freed (issue 50: the calls waiting for their starts ask again once
+    /// it has landed). The default settles as [`SharedBudget::settle`]
+    /// does, for a backend whose true-ups hold at once.
+    fn settle_now<'a>(
+        &'a self,
+        credential: &'a str,
+        grant: &'a Grant,
+        unit: &'a str,
+        estimate: u64,
+        actual: u64,
+    ) -> BoxFuture<'a, ()> {
+        self.settle(credential, grant, unit, estimate, actual);
+        Box::pin(std::future::ready(()))
+    }
+
+    /// [`SharedBudget::reserve`] for a caller that holds `held` already and
+    /// asks for an earlier start (issue 50): a backend may leave `held`'s
+    /// own charges out of the room it looks at, so that they are not what
+    /// keeps the call from moving. Either way `held` stays charged: the
+    /// caller gives back whichever of the two it does not use. The default
+    /// asks as [`SharedBudget::reserve`] does, with `held` counted.
+    fn reserve_instead<'a>(
+        &'a self,
+        request: ReserveRequest<'a>,
+        held: &'a Grant,
+    ) -> BoxFuture<'a, Decision> {
+        let _ = held;
+        self.reserve(request)
+    }
 }
 
 /// How long a grant can still be refunded.

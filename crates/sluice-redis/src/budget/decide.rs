@@ -266,7 +266,7 @@ impl RedisBudget {
             .spends
             .reserve(
                 &self.inner.runner,
-                request,
+                (request, None),
                 (since(not_before, now), since(latest, now)),
                 leasing,
                 (&beat, &cred.clock),

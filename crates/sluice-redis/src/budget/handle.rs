@@ -208,9 +208,10 @@ impl SharedBudget for RedisBudget {
 
     fn settle(&self, credential: &str, grant: &Grant, unit: &str, estimate: u64, actual: u64) {
         if let Some(member) = Spends::member(grant) {
+            let runner = &self.inner.runner;
             self.inner
                 .spends
-                .settle(&self.inner.runner, member, unit, estimate, actual);
+                .settle(runner, member, unit, (estimate, actual));
         } else if let Some(id) = decision::fallback_spend_id(grant) {
             let cred = self.inner.credentials.get(credential);
             cred.state
@@ -223,5 +224,36 @@ impl SharedBudget for RedisBudget {
                 .jobs
                 .true_up_spend(credential, id, unit, estimate, actual);
         }
+    }
+
+    fn settle_now<'a>(
+        &'a self,
+        credential: &'a str,
+        grant: &'a Grant,
+        unit: &'a str,
+        estimate: u64,
+        actual: u64,
+    ) -> BoxFuture<'a, ()> {
+        match Spends::member(grant) {
+            Some(member) => Box::pin(self.inner.spends.settle_now(
+                &self.inner.runner,
+                member,
+                unit,
+                (estimate, actual),
+            )),
+            // The fallback's cells take it at once.
+            None => {
+                self.settle(credential, grant, unit, estimate, actual);
+                Box::pin(std::future::ready(()))
+            }
+        }
+    }
+
+    fn reserve_instead<'a>(
+        &'a self,
+        request: ReserveRequest<'a>,
+        held: &'a Grant,
+    ) -> BoxFuture<'a, Decision> {
+        Box::pin(self.move_earlier(request, held))
     }
 }

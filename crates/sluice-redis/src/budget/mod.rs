@@ -9,6 +9,7 @@
 
 mod decide;
 mod handle;
+mod instead;
 mod recovery;
 
 pub use handle::RedisBudget;

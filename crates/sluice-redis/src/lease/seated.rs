@@ -125,7 +125,8 @@ pub(crate) async fn hold_by_priority(
         }
         match sitting.stand(Instant::now()) {
             Stood::Ready(slot) => return Held::Ready(slot.token),
-            Stood::Later(_) => {}
+            // This backend's seats are never re-planned (the engine's are).
+            Stood::Later(_) | Stood::Replan(_) => {}
             Stood::Taken => return Held::Voided,
         }
     }

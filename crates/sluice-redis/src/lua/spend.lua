@@ -35,7 +35,11 @@
 --       ('' = no heartbeat), 7 heartbeat window µs, 8 slots (at least 1),
 --       9 horizon µs, 10 lead µs, 11 d, then d members of earlier leased
 --       starts of this same spend whose time passed unused (removed from
---       every window first: given back in the same step), then per budget:
+--       every window first: given back in the same step); a member written
+--       `!{member}` is instead the start the caller holds and would move
+--       earlier (issue 50): left out of every window while this call is
+--       placed, and kept, granted or not (its caller gives it back once it
+--       has the earlier start, so that a lost reply loses nothing), then per budget:
 --       limit, window µs, cost, burst (0: a sliding window; else GCRA:
 --       its key is a string holding the theoretical arrival time `tat`,
 --       T = ceil(window / limit), tau = (burst - 1) T, a start at t
@@ -100,14 +104,24 @@ local function cost_of(entry)
   return tonumber(string.sub(entry, at + 1)) or 1
 end
 
--- Forget what has left every window, and the stale leased starts.
+-- Forget what has left every window, and the stale leased starts; the
+-- start the caller moves from is set aside, to put back before replying.
+local aside = {}
 for _, b in ipairs(budgets) do
   if b.burst == 0 then
     redis.call('ZREMRANGEBYSCORE', b.key, '-inf', '(' .. int(now - b.window + 1))
     for d = 1, stale do
-      redis.call('ZREM', b.key, ARGV[11 + d] .. '|' .. int(b.cost))
+      local gone, own = ARGV[11 + d], false
+      if string.sub(gone, 1, 1) == '!' then gone, own = string.sub(gone, 2), true end
+      local entry = gone .. '|' .. int(b.cost)
+      local score = own and redis.call('ZSCORE', b.key, entry)
+      if score then aside[#aside + 1] = {b.key, score, entry} end
+      redis.call('ZREM', b.key, entry)
     end
   end
+end
+local function put_back()
+  for _, a in ipairs(aside) do redis.call('ZADD', a[1], a[2], a[3]) end
 end
 
 -- The earliest start at or after `floor` at which every budget has room,
@@ -211,6 +225,7 @@ if common > floor and fits_at(floor) then common = floor end
 local wait = common - now
 if wait > max_wait then
   if decided == 0 then decided = 1 end
+  put_back()
   return {0, wait, decided, processes}
 end
 charge(common, member)
@@ -227,6 +242,7 @@ for k = 2, slots do
   further[#further + 1] = at
 end
 
+put_back()
 local reply = {1, wait, 0, processes, common, #further}
 for _, at in ipairs(further) do reply[#reply + 1] = at end
 for i, b in ipairs(budgets) do

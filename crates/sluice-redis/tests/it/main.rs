@@ -15,6 +15,7 @@ mod faults;
 mod local_starts;
 mod low_share;
 mod model;
+mod replan;
 mod shared;
 mod slow_answer;
 mod spend;

@@ -240,15 +240,16 @@ fn stated_policy(report: &ScopeSignal, policy_window: Option<Duration>) -> Optio
 /// The true-up (issue 14): for each unit the tool settles, the true cost
 /// read from the answer replaces the estimate charged at the call's start,
 /// in every window of the unit. An unreadable value keeps the estimate.
-pub(super) fn settle<P>(
-    job: &Job<'_, P>,
+/// On a shared credential whose calls wait for their starts, a true-up
+/// below the estimate is returned, to be awaited: it lands in the shared
+/// budget, then the waiting calls ask for the room (issue 50).
+pub(super) fn settle<'s, P>(
+    job: &'s Job<'_, P>,
     primary: &Scope,
-    spent: &Spent,
+    spent: &'s Spent<'_>,
     response: &http::Response<Bytes>,
-) {
-    let Some(start) = spent.start else {
-        return;
-    };
+) -> Option<impl Future<Output = ()> + 's> {
+    let start = spent.start?;
     let mut settled = Vec::new();
     for (unit, how) in &job.spend.settle {
         let estimate = spent
@@ -257,7 +258,7 @@ pub(super) fn settle<P>(
             .find(|(name, _)| &**name == unit.as_str())
             .map_or(0, |(_, cost)| *cost);
         match true_cost(how, response) {
-            Some(actual) => settled.push((unit, estimate, actual)),
+            Some(actual) => settled.push((unit.as_str(), estimate, actual)),
             None => {
                 tracing::debug!(%unit, estimate, "the true cost could not be read; keeping the estimate");
             }
@@ -271,19 +272,24 @@ pub(super) fn settle<P>(
         }
     };
     // Room freed goes first to the calls waiting on starts.
-    if settled
+    let freed = settled
         .iter()
-        .any(|&(_, estimate, actual)| actual < estimate)
-    {
+        .any(|&(_, estimate, actual)| actual < estimate);
+    if freed {
         super::reserve::replan(job.credential, true_up);
     } else {
         true_up();
     }
-    if let Some((budget, credential, grant)) = &spent.shared {
-        for &(unit, estimate, actual) in &settled {
-            budget.settle(credential, grant, unit, estimate, actual);
-        }
+    let (budget, credential, grant) = spent.shared.as_ref()?;
+    let seats = &job.credential.seats;
+    if freed && !seats.is_empty() {
+        let shared = (*budget, *credential, grant);
+        return Some(super::reserve::replan_shared(seats, shared, settled));
     }
+    for &(unit, estimate, actual) in &settled {
+        budget.settle(credential, grant, unit, estimate, actual);
+    }
+    None
 }
 
 /// The true cost a settle rule reads: a header's integer value, or the

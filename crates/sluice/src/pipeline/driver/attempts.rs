@@ -221,7 +221,11 @@ async fn attempts<E: Executor>(
                     observe_request(engine, job, Some(response.status().as_u16()), latency);
                     let learned =
                         learn::response(engine, job, primary, &response, sent, received, latency);
-                    learn::settle(job, primary, &spent, &response);
+                    if let Some(replan) = learn::settle(job, primary, &spent, &response) {
+                        // Boxed: only a settle that waiting calls follow
+                        // holds its state across the await.
+                        Box::pin(replan).await;
+                    }
                     // An answer only this call's caller reads, who takes the
                     // outcome alone, need not be kept; one whose body still
                     // streams is kept with what it holds.

@@ -12,17 +12,20 @@
 //! - `shared` — the shared budget's grant beside them;
 //! - `outrank` — a call of higher priority taking the slots of calls it
 //!   outranks, and the re-plan that moves waiting calls earlier;
+//! - `replan` — on a shared credential, a waiting call's turn in that
+//!   re-plan: an earlier start asked for with its own in hand;
 //! - `shadow` — the same decisions recorded, not acted on.
 
 mod guards;
 mod outrank;
+mod replan;
 mod shadow;
 mod shared;
 mod slots;
 mod start;
 
 pub(super) use self::guards::Spent;
-pub(super) use self::outrank::replan;
+pub(super) use self::outrank::{replan, replan_shared};
 pub(super) use self::shadow::shadow_start;
 pub(super) use self::slots::next_slot;
 pub(super) use self::start::{AtOnce, start, start_at_once};

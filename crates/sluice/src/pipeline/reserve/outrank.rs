@@ -12,7 +12,7 @@ use crate::limiter::Micros;
 use crate::pipeline::job::Job;
 use crate::priority_seats::Seated as _;
 use crate::scope::{GrantHome, Holding, Scope, ScopeRef, Seats, Ticket};
-use crate::shared::SharedBudget;
+use crate::shared::{Grant, SharedBudget};
 
 /// Room a true-up frees goes first to the calls already waiting on starts
 /// (issue 50): they give their starts back and ask again, in priority and
@@ -21,14 +21,10 @@ use crate::shared::SharedBudget;
 /// Their starts go back before `true_up` is applied, while they are still
 /// the last charges, so that a bucket takes them back exactly as a window
 /// does; when it cannot (other charges came after them), nothing moves.
-/// On a shared credential nothing moves yet: each waiting call would give
-/// its grant back and ask Redis again, and the re-asks were deferred past
-/// their deadlines (about 2.2 s on `5/1s`) even when woken only once
-/// `SharedBudget::refund_now` had resolved: the Redis budget answers them
-/// from a denial it remembered while the refunds were on their way, and
-/// the settle itself is sent in the background, unordered with them. Two
-/// gates in `sluice-redis`'s `two_gates_hold_every_window_and_settle_the_unit`
-/// then started 16 to 20 calls instead of 20, one in the first second.
+/// A shared credential's waiting calls move by [`replan_shared`] instead:
+/// giving their grants back and asking again, as here, met windows whose
+/// true-up had not landed yet (it was sent in the background) and a
+/// denial the Redis budget remembered meanwhile, and moved them later.
 pub(in crate::pipeline) fn replan(credential: &Credential, true_up: impl FnOnce()) {
     let mut true_up = Some(true_up);
     if credential.swaps() && !credential.limits.shared {
@@ -46,6 +42,24 @@ pub(in crate::pipeline) fn replan(credential: &Credential, true_up: impl FnOnce(
     if let Some(true_up) = true_up.take() {
         true_up();
     }
+}
+
+/// On a shared credential, room a true-up frees reaches the waiting calls
+/// once the shared budget has it: the true-up of each unit is awaited
+/// ([`SharedBudget::settle_now`]), then each waiting call, in priority and
+/// arrival order and one after another, asks for a start before its own
+/// with its own in hand ([`Seats::replan`]; the call's side is
+/// `replan::take_turn`), so that none ever moves later.
+pub(in crate::pipeline) async fn replan_shared(
+    seats: &Seats,
+    (budget, credential, grant): (&dyn SharedBudget, &str, &Grant),
+    settled: Vec<(&str, u64, u64)>,
+) {
+    let landing = settled.into_iter().map(|(unit, estimate, actual)| {
+        budget.settle_now(credential, grant, unit, estimate, actual)
+    });
+    futures_util::future::join_all(landing).await;
+    seats.replan();
 }
 
 /// Gives back the starts of every waiting call of lower priority than

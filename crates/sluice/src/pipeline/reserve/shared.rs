@@ -13,7 +13,9 @@ use crate::outcome::{Outcome, Reason};
 use crate::pipeline::holds;
 use crate::pipeline::job::Job;
 use crate::scope::ScopeRef;
-use crate::shared::{Decision, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow};
+use crate::shared::{
+    Decision, Grant, Hold, ReserveRequest, SharedBudget, SharedLimit, SharedWindow,
+};
 
 /// Adds the shared budget's grant to the local slots held for `start`;
 /// when it grants a later start, the local slots move there.
@@ -32,7 +34,8 @@ pub(super) async fn with_shared<'a, E, P>(
     // start: a grant must be charged where the call really starts, or the
     // shared windows would count it early.
     for _ in 0..4 {
-        let (at, grant) = match ask_shared(engine, budget, scopes, job, start, latest).await {
+        let asked = ask_shared(engine, budget, scopes, job, (start, latest), None).await;
+        let (at, grant) = match asked {
             Ok(granted) => granted,
             Err(NoGrant::Deadline) => {
                 drop(local);
@@ -78,7 +81,7 @@ pub(super) async fn with_shared<'a, E, P>(
 }
 
 /// Why the shared budget gave the call no start.
-enum NoGrant {
+pub(super) enum NoGrant {
     /// It said no.
     Denied(Denial),
     /// The call's deadline came before its answer did. A budget that waits
@@ -92,7 +95,7 @@ enum NoGrant {
 }
 
 /// The shared budget said no: when the call could start, on which scope, and why.
-struct Denial {
+pub(super) struct Denial {
     wait: Duration,
     scope: String,
     hold: Hold,
@@ -101,14 +104,15 @@ struct Denial {
 }
 
 /// Asks the shared budget for a start no earlier than `start` and no
-/// later than `latest`.
-async fn ask_shared<'a, E, P>(
+/// later than `latest`; `instead` of the grant the call holds, if any
+/// ([`SharedBudget::reserve_instead`]).
+pub(super) async fn ask_shared<'a, E, P>(
     engine: &Engine<E>,
     budget: &'a Arc<dyn SharedBudget>,
     scopes: &[ScopeRef],
     job: &Job<'a, P>,
-    start: Micros,
-    latest: Micros,
+    (start, latest): (Micros, Micros),
+    instead: Option<&Grant>,
 ) -> Result<(Micros, SharedGrant<'a>), NoGrant> {
     let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
     let limits = &job.credential.limits;
@@ -145,8 +149,12 @@ async fn ask_shared<'a, E, P>(
         late_start: enforced.map_or(Duration::ZERO, |(_, late)| late),
         priority: job.ask.priority,
     };
+    let asked = match instead {
+        Some(held) => budget.reserve_instead(request, held),
+        None => budget.reserve(request),
+    };
     let deadline = Duration::from_micros(job.remaining(now));
-    let Ok(decision) = tokio::time::timeout(deadline, budget.reserve(request)).await else {
+    let Ok(decision) = tokio::time::timeout(deadline, asked).await else {
         return Err(NoGrant::Deadline);
     };
     let now = engine.now();

@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use super::guards::{Local, Start, TurnRequest};
 use super::outrank::{hand_over, outrank_bucket, outrank_shared, swap, take_back, take_covering};
+use super::replan::take_turn;
 use super::shared::acquire;
 use super::slots::{deferred_until, moved_past, next_slot, no_slot, reserve_all, reserve_local};
 use crate::config::Priority;
@@ -276,6 +277,18 @@ pub(in crate::pipeline) async fn start<'a, E: Executor>(
                             return Err(moved_past(primary, later, engine.now()));
                         }
                         Stood::Later(later) => start = later,
+                        // Room freed in front of it on a shared budget:
+                        // it asks for an earlier start in its turn.
+                        Stood::Replan(turn) => {
+                            let Some(budget) = budget else {
+                                continue;
+                            };
+                            let asked = take_turn(engine, budget, scopes, job, &sitting, turn);
+                            match Box::pin(asked).await {
+                                Some(moved) => start = moved,
+                                None => return Ok(None),
+                            }
+                        }
                     }
                 };
                 take_back(holding, &mut local, &mut shared);
