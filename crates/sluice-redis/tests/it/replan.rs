@@ -137,19 +137,14 @@ fn answer(server: &FakeServer, q: &str, used: u64) {
         .script(Rule::path_prefix(format!("/api/chat/{q}"), reply));
 }
 
-/// Runs the calls `(q, estimate)` on `gate` together, in their order; all
-/// must be answered when `answered`.
-async fn run(gate: &Gate<Noting>, calls: &[(String, u64)], answered: bool) {
-    // In their order, 12 ms apart: each is planned (asked Redis) before
-    // the next arrives. Calls arriving within the same few ms on a shared
-    // credential of several windows are at times deferred at once by this
-    // process's own cells, 4 s out, with or without the re-plan (2 of 6
-    // runs of the eight calls below 5 ms apart, before it); that is not
-    // what these tests measure.
+/// Runs the calls `(q, estimate)` on `gate` together, in their order,
+/// `gap` apart (zero: a burst, all at once); all must be answered when
+/// `answered`.
+async fn run(gate: &Gate<Noting>, calls: &[(String, u64)], answered: bool, gap: Duration) {
     let calls = calls.iter().enumerate().map(|(n, (q, estimate))| {
         let call = Call::new("chat", json!({ "q": q, "max_tokens": estimate }))
             .deadline(Duration::from_secs(6));
-        let gap = Duration::from_millis(12 * n as u64);
+        let gap = gap * n as u32;
         CALL.scope(q.clone(), async move {
             tokio::time::sleep(gap).await;
             gate.call(call).await
@@ -163,16 +158,30 @@ async fn run(gate: &Gate<Noting>, calls: &[(String, u64)], answered: bool) {
 
 /// Redis for one case. Keys of their own: a budget of the case before
 /// may still be sending its last refunds, and a new server may have the
-/// old one's port. Nothing leased: leased starts of a spend of several
-/// windows are a matter of their own (docs/shared-limiter.md), and this
-/// is about the starts the calls are given.
-fn config(redis: &RedisServer, burst: Option<u32>) -> sluice_redis::RedisConfig {
+/// old one's port. `max_lease`: the default when `None`.
+fn config(
+    redis: &RedisServer,
+    burst: Option<u32>,
+    max_lease: Option<u32>,
+) -> sluice_redis::RedisConfig {
     let prefix = match burst {
         None => "replan-window",
         Some(_) => "replan-bucket",
     };
-    redis_config(&redis.url()).key_prefix(prefix).max_lease(1)
+    let config = redis_config(&redis.url()).key_prefix(prefix);
+    match max_lease {
+        Some(max) => config.max_lease(max),
+        None => config,
+    }
 }
+
+/// The second test's calls: in their order, 12 ms apart, each planned
+/// (asked Redis) before the next arrives, and nothing leased. With leases,
+/// eight calls of one gate arriving at once beside a second gate had one
+/// deferred 4.4 s out in each of three runs (2026-12-07): leased starts of
+/// a spend of several windows are a matter of their own
+/// (docs/shared-limiter.md); this test is about the starts a re-plan gives.
+const SPACED: Duration = Duration::from_millis(12);
 
 /// How many of `calls` never went (deferred).
 fn deferred(starts: &Starts, calls: &[(String, u64)]) -> usize {
@@ -206,14 +215,19 @@ async fn a_settle_moves_the_waiting_calls_of_a_shared_credential() {
     for burst in [None, Some(100)] {
         let redis = RedisServer::start();
         let server = fake(10_000).await;
-        let budget = Arc::new(RedisBudget::connect(config(&redis, burst)).await.unwrap());
+        let budget = Arc::new(
+            RedisBudget::connect(config(&redis, burst, None))
+                .await
+                .unwrap(),
+        );
         let starts = Arc::new(Starts::default());
         let gate = gate(&server, budget, burst, &starts);
         let calls: Vec<(String, u64)> = (0..5).map(|n| (format!("c{n}"), 40)).collect();
         for (q, _) in &calls {
             answer(&server, q, 10);
         }
-        run(&gate, &calls, true).await;
+        // As the issue has it: a burst, all five at once, leases on.
+        run(&gate, &calls, true, Duration::ZERO).await;
         let mut ms = sent_ms(&starts, &calls);
         ms.sort_by(f64::total_cmp);
         eprintln!("burst {burst:?}: starts {ms:?} ms");
@@ -248,8 +262,13 @@ async fn no_waiting_call_starts_later_for_a_re_plan() {
     for burst in [None, Some(100)] {
         let redis = RedisServer::start();
         let server = fake(10_000).await;
-        let connect =
-            || async { Arc::new(RedisBudget::connect(config(&redis, burst)).await.unwrap()) };
+        let connect = || async {
+            Arc::new(
+                RedisBudget::connect(config(&redis, burst, Some(1)))
+                    .await
+                    .unwrap(),
+            )
+        };
         let (starts, others) = (Arc::new(Starts::default()), Arc::new(Starts::default()));
         let mine = gate(&server, connect().await, burst, &starts);
         let theirs = gate(&server, connect().await, burst, &others);
@@ -268,9 +287,9 @@ async fn no_waiting_call_starts_later_for_a_re_plan() {
         let later = async {
             tokio::time::sleep(Duration::from_millis(150)).await;
             // Theirs may be deferred: the window is full for seconds.
-            run(&theirs, &other, false).await;
+            run(&theirs, &other, false, SPACED).await;
         };
-        tokio::join!(run(&mine, &calls, true), later);
+        tokio::join!(run(&mine, &calls, true, SPACED), later);
         let planned = starts.planned.lock().clone();
         let sent = starts.sent.lock().clone();
         let mut waited = 0;

@@ -30,6 +30,10 @@ pub(super) async fn with_shared<'a, E, P>(
 ) -> Result<(Local, Micros, SharedGrant<'a>), Outcome> {
     let mut local = local;
     let mut start = start;
+    let late = scopes
+        .first()
+        .and_then(|primary| primary.enforced_late())
+        .map_or(0, |(_, late)| micros(late));
     // Rounds until the shared budget and the local slots agree on one
     // start: a grant must be charged where the call really starts, or the
     // shared windows would count it early.
@@ -50,6 +54,15 @@ pub(super) async fn with_shared<'a, E, P>(
         };
         if at <= start {
             return Ok((local, start, grant));
+        }
+        // A grant asked for a later start comes that much after it as the
+        // ask took to reach Redis (its `not_before` counts from the
+        // script's now): within the lateness a local slot allows, the
+        // call starts at the grant's time on the slots it holds. Moving
+        // them instead would put them behind the slots other calls took
+        // meanwhile, and a burst would push itself out of its inline wait.
+        if at <= start.saturating_add(late) {
+            return Ok((local, at, grant));
         }
         // The shared budget starts later: move the local slots there (the
         // grant goes back if they do not fit).
