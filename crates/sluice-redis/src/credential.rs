@@ -90,7 +90,6 @@ impl CredState {
         if processes > 0 {
             self.processes = processes;
             self.fallback.spell.counted(processes, now);
-            self.fallback.spends.spell.counted(processes, now);
         }
     }
 }
@@ -121,7 +120,7 @@ impl Cred {
     }
 
     /// Notes a hold on `scope` (a key part): leased slots it voids are
-    /// dropped (Redis voided them too), the fallback cell restarts empty,
+    /// dropped (Redis voided them too), the fallback cells restart empty,
     /// waiting callers look again.
     pub(crate) fn note_hold(&self, kind: Kind, scope: &str, until: Instant, now: Instant) {
         {

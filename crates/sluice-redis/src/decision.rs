@@ -1,8 +1,8 @@
 //! What this budget answers the engine: denials naming the scope, and the grant tokens it can take back.
 //!
 //! A grant's token says where its slot came from, so that a refund goes to
-//! the same place: `f|{id}` for a fallback cell's grant, `s|{id}` for the
-//! fallback's grant on several windows, `r|…` for a
+//! the same place: `f|{id}` for the fallback cells' grant (on one limit or
+//! several windows), `r|…` for a
 //! [`SlotToken`] in Redis (`r|-` when nothing was charged, as for a call
 //! with no scope).
 
@@ -38,23 +38,16 @@ pub(crate) fn unscoped() -> Grant {
     }
 }
 
-/// The grant of the fallback cell's reservation `id`.
+/// The grant of the fallback cells' reservation `id`.
 pub(crate) fn fallback(id: u64) -> Grant {
     Grant {
         token: format!("f|{id}"),
     }
 }
 
-/// The grant of the fallback's reservation `id` on several windows.
-pub(crate) fn fallback_spend(id: u64) -> Grant {
-    Grant {
-        token: format!("s|{id}"),
-    }
-}
-
-/// The id of a grant [`fallback_spend`] made.
-pub(crate) fn fallback_spend_id(grant: &Grant) -> Option<u64> {
-    grant.token.strip_prefix("s|")?.parse().ok()
+/// The id of a grant [`fallback`] made.
+pub(crate) fn fallback_id(grant: &Grant) -> Option<u64> {
+    grant.token.strip_prefix("f|")?.parse().ok()
 }
 
 /// The grant of a slot reserved in Redis.
@@ -66,10 +59,8 @@ pub(crate) fn slot(token: &SlotToken) -> Grant {
 
 /// Where a grant being refunded came from.
 pub(crate) enum Refund {
-    /// A fallback cell's reservation.
+    /// The fallback cells' reservation.
     Fallback(u64),
-    /// The fallback's reservation on several windows.
-    FallbackSpend(u64),
     /// A slot in Redis that has something to undo.
     Slot(SlotToken),
     /// Nothing to give back.
@@ -78,15 +69,8 @@ pub(crate) enum Refund {
 
 /// Reads a grant's token back.
 pub(crate) fn refund(grant: &Grant) -> Refund {
-    if let Some(id) = grant
-        .token
-        .strip_prefix("f|")
-        .and_then(|id| id.parse::<u64>().ok())
-    {
+    if let Some(id) = fallback_id(grant) {
         return Refund::Fallback(id);
-    }
-    if let Some(id) = fallback_spend_id(grant) {
-        return Refund::FallbackSpend(id);
     }
     match SlotToken::decode(&grant.token) {
         Some(token) if token.undo != crate::store::Undo::Nothing => Refund::Slot(token),
@@ -103,10 +87,7 @@ mod tests {
     fn grants_come_back_to_where_they_were_taken() {
         assert!(matches!(refund(&fallback(7)), Refund::Fallback(7)));
         assert!(matches!(refund(&unscoped()), Refund::Nothing));
-        assert!(matches!(
-            refund(&fallback_spend(4)),
-            Refund::FallbackSpend(4)
-        ));
+        assert_eq!(fallback_id(&fallback(4)), Some(4));
         let token = SlotToken {
             scope: "api_key".into(),
             generation: 3,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::shared::{Decision, Hold, ReserveRequest};
+use sluice::shared::{Decision, Hold, ReserveRequest, SharedWindow};
 use tokio::time::Instant;
 
 use crate::credential::{Cred, Mode};
@@ -16,7 +16,7 @@ use crate::spend;
 use crate::windows::{Asked, Leasing};
 
 use super::handle::RedisBudget;
-use super::recovery::{Holding, RecoveryHold, counted};
+use super::recovery::{RecoveryHold, counted};
 
 /// Attempts to get a slot that no block voids.
 const ATTEMPTS: usize = 4;
@@ -36,6 +36,9 @@ impl RedisBudget {
         };
         let cred = self.inner.credentials.get(request.credential);
         let parts: Vec<String> = request.scopes.iter().map(|s| part(s)).collect();
+        // What the local cells count of this call: its windows, or the
+        // one-window case of its limit.
+        let windows = fallback::windows(&request);
         let key = PoolKey {
             scope: parts[0].clone(),
             limit: request.limit,
@@ -62,7 +65,7 @@ impl RedisBudget {
             }
             if !request.windows.is_empty() {
                 match self
-                    .decide_windows(&cred, &request, &parts, not_before, latest)
+                    .decide_windows(&cred, &request, not_before, latest)
                     .await
                 {
                     Some(decision) => return decision,
@@ -71,36 +74,11 @@ impl RedisBudget {
                 }
             }
             self.confirm_spell(&cred).await;
-            // Back from a fallback spell: Redis may not hold its local
-            // starts yet, nor those of processes still away, so while the
-            // spell binds a shared start must also fit this process's share,
-            // held in its cell while Redis is asked (docs/shared-limiter.md,
-            // "Failure modes").
-            let (recovering, held) = {
-                let mut state = cred.state.lock();
-                let current = fallback::share(self.inner.config.fallback_share, state.processes);
-                let share = state.fallback.spell.share_in_force(current);
-                let limit = request.limit.map(|limit| fallback::share_of(limit, share));
-                let counted = counted(&state, self.inner.config.heartbeat);
-                let held = state.fallback.hold_recovering(
-                    &parts[0],
-                    limit,
-                    (now, not_before, latest),
-                    counted,
-                );
-                (held.as_ref().map(|_| limit), held)
-            };
-            let hold = match held {
-                None => RecoveryHold::none(&cred),
-                Some(Err(earliest)) => {
-                    cred.state.lock().decisions.denied += 1;
-                    return denied(&request, 0, since(earliest, now), Hold::Rate);
-                }
-                Some(Ok((start, held))) => {
-                    not_before = not_before.max(start);
-                    RecoveryHold::new(&cred, Holding::Cell(parts[0].clone(), held))
-                }
-            };
+            let (recovering, hold) =
+                match self.hold_recovering(&cred, &request, &windows, &mut not_before, latest) {
+                    Ok(held) => held,
+                    Err(denial) => return denial,
+                };
             // Callers of lower priority hold slots within this call's wait:
             // a swap can give it the earliest of them, so it asks for a slot
             // up to one wait further, for the caller the swap moves last
@@ -131,9 +109,8 @@ impl RedisBudget {
                         &cred,
                         self.inner.config.fallback_share,
                         &request,
-                        &parts,
-                        not_before,
-                        latest,
+                        &windows,
+                        (not_before, latest),
                         reason,
                     );
                     // Redis's log does not hold a local start: the worker
@@ -143,7 +120,7 @@ impl RedisBudget {
                             (request.credential, &cred.unwritten),
                             first,
                             limit,
-                            started,
+                            started.map(|(at, _)| at),
                         );
                     }
                     return decision;
@@ -154,9 +131,9 @@ impl RedisBudget {
             {
                 let now = Instant::now();
                 let mut state = cred.state.lock();
-                state.fallback.remember(at, request.limit, now);
-                if let Some(limit) = recovering {
-                    state.fallback.count_shared(&parts[0], limit, at);
+                state.fallback.remember(&windows, at, now);
+                if let Some(share) = recovering {
+                    state.fallback.count_shared(&windows, share, at);
                 }
             }
             let slot = Slot::new(token, obtained, &key, &self.inner.jobs, &cred);
@@ -207,42 +184,17 @@ impl RedisBudget {
         &self,
         cred: &Arc<Cred>,
         request: &ReserveRequest<'_>,
-        parts: &[String],
         not_before: Instant,
         latest: Instant,
     ) -> Option<Decision> {
         let configured = self.inner.config.fallback_share;
         self.confirm_spell(cred).await;
-        let now = Instant::now();
         let mut not_before = not_before;
-        // Back from a fallback spell: Redis's logs do not hold the local
-        // spends, so for the longest window a shared start must also fit
-        // this process's share of every window (as for one window).
-        let (recovering, held) = {
-            let mut state = cred.state.lock();
-            let current = fallback::share(configured, state.processes);
-            let share = state.fallback.spends.spell.share_in_force(current);
-            let counted = counted(&state, self.inner.config.heartbeat);
-            let held = state.fallback.spends.hold_recovering(
-                request.windows,
-                share,
-                (now, not_before, latest),
-                counted,
-            );
-            (held.as_ref().map(|_| share), held)
-        };
-        let hold = match held {
-            None => RecoveryHold::none(cred),
-            Some(Err(late)) => {
-                cred.state.lock().decisions.denied += 1;
-                let index = fallback::scope_index(request, late.window);
-                return Some(denied(request, index, since(late.at, now), Hold::Rate));
-            }
-            Some(Ok((start, held))) => {
-                not_before = not_before.max(start);
-                RecoveryHold::new(cred, Holding::Windows(held))
-            }
-        };
+        let (recovering, hold) =
+            match self.hold_recovering(cred, request, request.windows, &mut not_before, latest) {
+                Ok(held) => held,
+                Err(denial) => return Some(denial),
+            };
         // Neither in fallback (a leased start handed out then would be one
         // the local cells, which took in the shared starts at the switch,
         // do not count) nor while recovering from it (the local cells
@@ -283,8 +235,13 @@ impl RedisBudget {
             Asked::Leased(decision) => (decision, true),
             Asked::Again => return None,
             Asked::Fallback(reason) => {
-                let (decision, started) = fallback::decide_windows(
-                    cred, configured, request, parts, not_before, latest, reason,
+                let (decision, started) = fallback::decide(
+                    cred,
+                    configured,
+                    request,
+                    request.windows,
+                    (not_before, latest),
+                    reason,
                 );
                 // As for one limit: the worker adds the local spend to
                 // every budget in Redis, so that the other processes count it.
@@ -312,15 +269,55 @@ impl RedisBudget {
                         state.decisions.shared += 1;
                     }
                     let at = after(now, *wait);
-                    let spends = &mut state.fallback.spends;
-                    spends.remember(request.windows, at, now);
+                    let fallback = &mut state.fallback;
+                    fallback.remember(request.windows, at, now);
                     if let Some(share) = recovering {
-                        spends.count_shared(request.windows, share, at);
+                        fallback.count_shared(request.windows, share, at);
                     }
                 }
                 Decision::Denied { .. } => state.decisions.denied += 1,
             }
         }
         Some(decision)
+    }
+}
+
+impl RedisBudget {
+    /// Back from a fallback spell, Redis's logs may not hold its local
+    /// starts yet, nor those of processes still away: while the spell
+    /// binds, a shared start must also fit this process's share of every
+    /// window of the call (`windows`), held in the local cells while Redis
+    /// is asked (docs/shared-limiter.md, "Failure modes"). `Ok`: the share
+    /// in force while the spell binds, and what is held (`not_before`
+    /// moved to its start); `Err`: the call's denial, no start in time.
+    fn hold_recovering<'c>(
+        &self,
+        cred: &'c Cred,
+        request: &ReserveRequest<'_>,
+        windows: &[SharedWindow],
+        not_before: &mut Instant,
+        latest: Instant,
+    ) -> Result<(Option<f64>, RecoveryHold<'c>), Decision> {
+        let now = Instant::now();
+        let mut state = cred.state.lock();
+        let current = fallback::share(self.inner.config.fallback_share, state.processes);
+        let share = state.fallback.spell.share_in_force(current);
+        let counted = counted(&state, self.inner.config.heartbeat);
+        let held =
+            state
+                .fallback
+                .hold_recovering(windows, share, (now, *not_before, latest), counted);
+        match held {
+            None => Ok((None, RecoveryHold::none(cred))),
+            Some(Err(late)) => {
+                state.decisions.denied += 1;
+                let index = fallback::scope_index(request, late.window);
+                Err(denied(request, index, since(late.at, now), Hold::Rate))
+            }
+            Some(Ok((start, held))) => {
+                *not_before = (*not_before).max(start);
+                Ok((Some(share), RecoveryHold::new(cred, held)))
+            }
+        }
     }
 }

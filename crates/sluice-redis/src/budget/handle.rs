@@ -159,10 +159,6 @@ impl SharedBudget for RedisBudget {
                 let cred = self.inner.credentials.get(credential);
                 cred.state.lock().fallback.refund(id);
             }
-            Refund::FallbackSpend(id) => {
-                let cred = self.inner.credentials.get(credential);
-                cred.state.lock().fallback.spends.refund(id);
-            }
             Refund::Slot(token) => {
                 // Room comes back: what Redis said is free no longer holds.
                 let cred = self.inner.credentials.get(credential);
@@ -212,12 +208,11 @@ impl SharedBudget for RedisBudget {
             self.inner
                 .spends
                 .settle(runner, member, unit, (estimate, actual));
-        } else if let Some(id) = decision::fallback_spend_id(grant) {
+        } else if let Some(id) = decision::fallback_id(grant) {
             let cred = self.inner.credentials.get(credential);
             cred.state
                 .lock()
                 .fallback
-                .spends
                 .settle(id, unit, estimate, actual);
             // What the worker wrote (or will write) of it to Redis too.
             self.inner

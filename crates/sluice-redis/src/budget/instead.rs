@@ -35,7 +35,7 @@ impl RedisBudget {
             let mut state = cred.state.lock();
             state.holds.prune(now);
             if state.mode.0 != Mode::Shared
-                || state.fallback.spends.spell.active()
+                || state.fallback.spell.active()
                 || state.holds.quota(&parts, now).is_some()
                 || state.holds.blocked(&parts, now).is_some()
             {
@@ -70,7 +70,6 @@ impl RedisBudget {
                 // As any shared start: the fallback counts it if Redis goes.
                 state
                     .fallback
-                    .spends
                     .remember(request.windows, after(now, *wait), now);
             }
             Decision::Denied { .. } => state.decisions.denied += 1,

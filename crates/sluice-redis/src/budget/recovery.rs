@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sluice::limiter::Reservation;
 use tokio::time::Instant;
 
 use super::handle::RedisBudget;
@@ -30,7 +29,7 @@ impl RedisBudget {
         }
         let name = {
             let mut state = cred.state.lock();
-            if !state.fallback.spell.active() && !state.fallback.spends.spell.active() {
+            if !state.fallback.spell.active() {
                 state.beat.settled();
                 cred.spell.store(false, Ordering::Relaxed);
                 return;
@@ -80,7 +79,6 @@ fn end_once_written(cred: &Cred, state: &mut CredState) {
     if cred.unwritten.none() {
         tracing::debug!(credential = %cred.name, "Redis kept its state through the spell and holds its local starts; it decides alone again");
         state.fallback.spell.end();
-        state.fallback.spends.spell.end();
     }
 }
 
@@ -108,24 +106,17 @@ pub(super) fn counted(state: &CredState, heartbeat: Duration) -> (u32, Duration)
     (processes, heartbeat)
 }
 
-/// A start held in the fallback's cells while a recovering call asks Redis
-/// ([`fallback::Fallback::hold_recovering`], or its windows'): given back
-/// once the answer came, or when the call is dropped before it.
+/// A start held in the fallback's cells (one in each window of the call)
+/// while a recovering call asks Redis
+/// ([`fallback::Fallback::hold_recovering`]): given back once the answer
+/// came, or when the call is dropped before it.
 pub(super) struct RecoveryHold<'a> {
     cred: &'a Cred,
-    held: Option<Holding>,
-}
-
-/// What a [`RecoveryHold`] holds.
-pub(super) enum Holding {
-    /// A start in one scope's cell (by key part).
-    Cell(String, Reservation),
-    /// A start in each window of a call on several.
-    Windows(fallback::HeldSpend),
+    held: Option<fallback::HeldSpend>,
 }
 
 impl<'a> RecoveryHold<'a> {
-    pub(super) fn new(cred: &'a Cred, held: Holding) -> Self {
+    pub(super) fn new(cred: &'a Cred, held: fallback::HeldSpend) -> Self {
         RecoveryHold {
             cred,
             held: Some(held),
@@ -139,11 +130,8 @@ impl<'a> RecoveryHold<'a> {
 
 impl Drop for RecoveryHold<'_> {
     fn drop(&mut self) {
-        let mut state = self.cred.state.lock();
-        match self.held.take() {
-            Some(Holding::Cell(scope, held)) => state.fallback.release(&scope, &held),
-            Some(Holding::Windows(held)) => state.fallback.spends.release(&held),
-            None => {}
+        if let Some(held) = self.held.take() {
+            self.cred.state.lock().fallback.release(&held);
         }
     }
 }

@@ -1,45 +1,65 @@
-//! The fallback decision: a call this process cannot ask Redis about is decided in its credential's local cell.
+//! The fallback decision: a call this process cannot ask Redis about is decided in its credential's local cells.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
-use sluice::shared::{Decision, Hold, ReserveRequest};
+use sluice::shared::{Decision, Hold, ReserveRequest, SharedWindow};
 use tokio::time::Instant;
 
-use super::share::{share, share_of};
+use super::share::share;
 use crate::credential::{Cred, Mode};
 use crate::decision::{self, denied};
 use crate::instant::since;
 
+/// The windows a call spends in the local cells: its own, or for a call on
+/// one limit the one-window case, its first scope's request window at a
+/// cost of one (none without a limit: nothing binds it).
+pub(crate) fn windows<'a>(request: &'a ReserveRequest<'_>) -> Cow<'a, [SharedWindow]> {
+    if !request.windows.is_empty() {
+        return Cow::Borrowed(request.windows);
+    }
+    let (Some(limit), Some(scope)) = (request.limit, request.scopes.first()) else {
+        return Cow::Owned(Vec::new());
+    };
+    Cow::Owned(vec![SharedWindow {
+        scope: (*scope).to_owned(),
+        unit: None,
+        index: 0,
+        rate: limit.rate,
+        cost: 1,
+        low: false,
+        burst: limit.burst,
+    }])
+}
+
 /// Decides locally at this process's share of the rate (`configured` is
-/// `fallback_share`, else one over the processes last counted), in
-/// `[not_before, latest]` on the call's first scope; `reason` says why
-/// Redis was not asked. With the decision, the start it granted (if any):
-/// Redis's log does not hold it.
+/// `fallback_share`, else one over the processes last counted): one start
+/// in `[not_before, latest]` that every one of `windows` (the call's,
+/// [`windows`]) allows, charged in all of them or in none; `reason` says
+/// why Redis was not asked. With the decision, the start it granted and
+/// its grant id (if any): Redis's log does not hold it.
 pub(crate) fn decide(
     cred: &Cred,
     configured: Option<f64>,
     request: &ReserveRequest<'_>,
-    parts: &[String],
-    not_before: Instant,
-    latest: Instant,
+    windows: &[SharedWindow],
+    (not_before, latest): (Instant, Instant),
     reason: String,
-) -> (Decision, Option<Instant>) {
+) -> (Decision, Option<(Instant, u64)>) {
     let now = Instant::now();
     let mut state = cred.state.lock();
     let share = share(configured, state.processes);
-    let limit = request.limit.map(|limit| share_of(limit, share));
     tracing::debug!(credential = %cred.name, %reason, "deciding locally");
     if state.mode.0 == Mode::Shared {
         // Leased slots cannot be given back while Redis is away, and the
-        // local cell would not count them: drop them (under-spending).
+        // local cells would not count them: drop them (under-spending).
         state.pool.drain_all();
         let processes = state.processes;
         // Asked once Redis answers: did it keep what it held till now?
         state.beat.fall_back();
         cred.spell.store(true, Ordering::Relaxed);
         state.fallback.spell.begin(processes);
-        state.fallback.take_over(&parts[0], limit);
-        state.fallback.spends.take_over(share);
+        state.fallback.take_over(share);
     }
     state.mode = (Mode::Fallback, Some(reason));
     // Redis said moments ago that no start is free before `busy_until` (a
@@ -49,63 +69,13 @@ pub(crate) fn decide(
     let floor = state.busy_until.map_or(now, |busy| busy.max(now));
     match state
         .fallback
-        .reserve(&parts[0], limit, now, not_before.max(floor), latest)
+        .reserve(windows, share, now, not_before.max(floor), latest)
     {
         Ok((start, id)) => {
-            state.fallback.spell.spent_at(share);
             state.decisions.fallback += 1;
             let granted = Decision::Granted {
                 wait: since(start, now),
                 grant: decision::fallback(id),
-            };
-            (granted, Some(start))
-        }
-        Err(at) => {
-            state.decisions.denied += 1;
-            (denied(request, 0, since(at, now), Hold::Rate), None)
-        }
-    }
-}
-
-/// [`decide`] for a call on several windows, groups or units: every window
-/// it touches at this process's share, one start for all or nothing, and
-/// the start it granted with the spend's id (if any), which Redis's logs
-/// do not hold.
-pub(crate) fn decide_windows(
-    cred: &Cred,
-    configured: Option<f64>,
-    request: &ReserveRequest<'_>,
-    parts: &[String],
-    not_before: Instant,
-    latest: Instant,
-    reason: String,
-) -> (Decision, Option<(Instant, u64)>) {
-    let now = Instant::now();
-    let mut state = cred.state.lock();
-    let share = share(configured, state.processes);
-    tracing::debug!(credential = %cred.name, %reason, "deciding locally");
-    if state.mode.0 == Mode::Shared {
-        state.pool.drain_all();
-        let limit = request.limit.map(|limit| share_of(limit, share));
-        let processes = state.processes;
-        // Asked once Redis answers: did it keep what it held till now?
-        state.beat.fall_back();
-        cred.spell.store(true, Ordering::Relaxed);
-        state.fallback.spends.spell.begin(processes);
-        state.fallback.take_over(&parts[0], limit);
-        state.fallback.spends.take_over(share);
-    }
-    state.mode = (Mode::Fallback, Some(reason));
-    match state
-        .fallback
-        .spends
-        .reserve(request.windows, share, now, not_before.max(now), latest)
-    {
-        Ok((start, id)) => {
-            state.decisions.fallback += 1;
-            let granted = Decision::Granted {
-                wait: since(start, now),
-                grant: decision::fallback_spend(id),
             };
             (granted, Some((start, id)))
         }
@@ -157,14 +127,15 @@ mod tests {
 
     /// Granted or not, and the wait; a granted start is handed on, at
     /// its time, and a denial hands on none.
-    fn wait((decision, started): &(Decision, Option<Instant>)) -> (bool, Duration) {
+    fn wait((decision, started): &(Decision, Option<(Instant, u64)>)) -> (bool, Duration) {
+        let started = started.map(|(at, _)| at);
         match decision {
             Decision::Granted { wait, .. } => {
-                assert_eq!(*started, Some(Instant::now() + *wait));
+                assert_eq!(started, Some(Instant::now() + *wait));
                 (true, *wait)
             }
             Decision::Denied { wait, .. } => {
-                assert_eq!(*started, None);
+                assert_eq!(started, None);
                 (false, *wait)
             }
         }
@@ -175,17 +146,16 @@ mod tests {
         let now = Instant::now();
         let credentials = Credentials::new(now);
         let cred = credentials.get("key");
-        let parts = ["api_key".to_owned()];
         let decide_now = |max_wait: Duration| {
             let request = request(max_wait);
             let latest = Instant::now() + max_wait;
+            let windows = windows(&request);
             decide(
                 &cred,
                 None,
                 &request,
-                &parts,
-                Instant::now(),
-                latest,
+                &windows,
+                (Instant::now(), latest),
                 "timeout".into(),
             )
         };
@@ -209,7 +179,6 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_whose_wait_went_by_asking_redis_starts_now_on_one_limit_or_several() {
         let credentials = Credentials::new(Instant::now());
-        let parts = ["api_key".to_owned()];
         let window = |unit: Option<&str>, rate: &str, cost: u64| SharedWindow {
             scope: "api_key".into(),
             unit: unit.map(Into::into),
@@ -233,16 +202,21 @@ mod tests {
             &credentials.get("one"),
             None,
             &call,
-            &parts,
-            asked,
-            latest,
+            &super::windows(&call),
+            (asked, latest),
             reason(),
         );
         assert_eq!(wait(&one), (true, Duration::ZERO));
         call.windows = &windows;
         let several = credentials.get("several");
-        let (decision, started) =
-            decide_windows(&several, None, &call, &parts, asked, latest, reason());
+        let (decision, started) = decide(
+            &several,
+            None,
+            &call,
+            call.windows,
+            (asked, latest),
+            reason(),
+        );
         assert!(
             matches!(decision, Decision::Granted { wait, .. } if wait.is_zero()),
             "{decision:?}"

@@ -7,15 +7,13 @@
 //! below one the process gets one start per `W / (N · share)`, which keeps
 //! the average rate (see docs/shared-limiter.md for the bound). A call on
 //! several windows, groups or units is held the same way in every window
-//! it touches (`spends`).
+//! it touches; a call on one limit is the one-window case (`cells`).
 
 mod cells;
 mod decide;
 mod share;
 mod spell;
-mod spends;
 
-pub(crate) use cells::Fallback;
-pub(crate) use decide::{decide, decide_windows, scope_index};
+pub(crate) use cells::{Fallback, HeldSpend};
+pub(crate) use decide::{decide, scope_index, windows};
 pub(crate) use share::{share, share_of};
-pub(crate) use spends::HeldSpend;

@@ -15,6 +15,7 @@ mod scripts;
 mod types;
 
 pub use scripts::SpendScripts;
+pub(crate) use scripts::record_invocation;
 pub use types::{
     Bucket, Budget, Granted, Heartbeat, Lease, Micros, Seen, Spent, Window, further_member,
 };

@@ -25,7 +25,7 @@ impl Default for SpendScripts {
         SpendScripts {
             spend: lua::script(include_str!("../lua/spend.lua")),
             settle: lua::script(include_str!("../lua/settle.lua")),
-            record: lua::script(include_str!("../lua/record_spends.lua")),
+            record: lua::script(include_str!("../lua/record.lua")),
         }
     }
 }
@@ -35,6 +35,34 @@ fn clock_arg(clock: Clock) -> String {
         Clock::Server => String::new(),
         Clock::At(now) => now.to_string(),
     }
+}
+
+/// The record script (`lua/record.lua`) on `logs`, one key per budget in
+/// order (a budget's own key, or the reserve script's log or bucket of a
+/// call on one limit), for `spends` (signed µs from now, each with its
+/// member) at each budget's cost.
+pub(crate) fn record_invocation<'a>(
+    script: &'a Script,
+    logs: impl IntoIterator<Item = String>,
+    budgets: &[Budget],
+    spends: &[(i64, String)],
+    clock: Clock,
+) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    for log in logs {
+        invocation.key(log);
+    }
+    invocation
+        .arg(clock_arg(clock))
+        .arg(TTL_SLACK)
+        .arg(budgets.len());
+    for budget in budgets {
+        budget.args(&mut invocation);
+    }
+    for (offset, member) in spends {
+        invocation.arg(*offset).arg(member);
+    }
+    invocation
 }
 
 fn reply_error(error: &redis::RedisError) -> Error {
@@ -298,20 +326,8 @@ impl SpendScripts {
         if budgets.is_empty() || spends.is_empty() {
             return Ok(0);
         }
-        let mut invocation = self.record.prepare_invoke();
-        for budget in budgets {
-            invocation.key(budget.key(keys));
-        }
-        invocation
-            .arg(clock_arg(clock))
-            .arg(TTL_SLACK)
-            .arg(budgets.len());
-        for budget in budgets {
-            budget.args(&mut invocation);
-        }
-        for (offset, member) in spends {
-            invocation.arg(*offset).arg(member);
-        }
+        let logs = budgets.iter().map(|budget| budget.key(keys));
+        let invocation = record_invocation(&self.record, logs, budgets, spends, clock);
         count(invocation, conn, "record").await
     }
 

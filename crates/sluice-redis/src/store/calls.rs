@@ -9,6 +9,7 @@ use sluice::shared::{Hold, SharedLimit};
 use super::reply::{micros_of, parse_reserved};
 use super::types::{Clock, RecordArgs, ReserveArgs, Reserved, SlotToken, Undo, Void};
 use crate::keys::{CredentialKeys, part};
+use crate::spend::{Budget, record_invocation};
 use crate::{Error, lua};
 
 /// How long keys outlive the state they hold, so that a key never expires
@@ -272,20 +273,22 @@ impl Store {
     {
         let keys = self.keys(args.credential);
         let scope = part(args.scope);
-        let (algorithm, a, b) = limit_args(Some(args.limit));
-        let mut invocation = self.record.prepare_invoke();
-        invocation
-            .key(keys.meta())
-            .key(keys.window(&scope))
-            .key(keys.gcra(&scope))
-            .arg(clock.arg())
-            .arg(algorithm)
-            .arg(a)
-            .arg(b)
-            .arg(TTL_SLACK);
-        for (start, member) in args.starts {
-            invocation.arg(*start).arg(member);
-        }
+        let SharedLimit { rate, burst } = args.limit;
+        // The one-window case of the record script: the first scope's log
+        // (or bucket) at a cost of one.
+        let budget = Budget {
+            name: args.scope.to_owned(),
+            index: 0,
+            limit: Micros::from(rate.count().get()),
+            window: micros(rate.window()),
+            cost: 1,
+            burst: burst.map(|burst| Micros::from(burst.get())),
+        };
+        let log = match burst {
+            None => keys.window(&scope),
+            Some(_) => keys.gcra(&scope),
+        };
+        let invocation = record_invocation(&self.record, [log], &[budget], args.starts, clock);
         let value: Value = invocation
             .invoke_async(conn)
             .await
