@@ -18,7 +18,8 @@ use crate::shared::{
 };
 
 /// Adds the shared budget's grant to the local slots held for `start`;
-/// when it grants a later start, the local slots move there.
+/// when it grants a later start (later than a slot may start late), the
+/// local slots move there.
 pub(super) async fn with_shared<'a, E, P>(
     engine: &Engine<E>,
     budget: &'a Arc<dyn SharedBudget>,
@@ -55,9 +56,9 @@ pub(super) async fn with_shared<'a, E, P>(
         if at <= start {
             return Ok((local, start, grant));
         }
-        // A grant asked for a later start comes that much after it as the
-        // ask took to reach Redis (its `not_before` counts from the
-        // script's now): within the lateness a local slot allows, the
+        // A grant for a future start comes back later than asked, by the
+        // time the ask took to reach Redis (its `not_before` counts from
+        // the script's now). Within the lateness a local slot allows, the
         // call starts at the grant's time on the slots it holds. Moving
         // them instead would put them behind the slots other calls took
         // meanwhile, and a burst would push itself out of its inline wait.
