@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use parking_lot::Mutex;
 use serde::Serialize;
-use sluice::shared::SharedLimit;
+use sluice::shared::{Decision, SharedLimit, SharedWindow};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -90,6 +90,33 @@ impl CredState {
         if processes > 0 {
             self.processes = processes;
             self.fallback.spell.counted(processes, now);
+        }
+    }
+
+    /// Counts what Redis decided for a spend on `windows` (answered at
+    /// `now`): a grant is remembered by the fallback, which counts it if
+    /// Redis goes away before it starts, and, while a spell `recovering`
+    /// at that share binds, held in its cells too.
+    pub(crate) fn count_spend(
+        &mut self,
+        windows: &[SharedWindow],
+        decision: &Decision,
+        (leased, recovering): (bool, Option<f64>),
+        now: Instant,
+    ) {
+        let Decision::Granted { wait, .. } = decision else {
+            self.decisions.denied += 1;
+            return;
+        };
+        if leased {
+            self.decisions.leased += 1;
+        } else {
+            self.decisions.shared += 1;
+        }
+        let at = crate::instant::after(now, *wait);
+        self.fallback.remember(windows, at, now);
+        if let Some(share) = recovering {
+            self.fallback.count_shared(windows, share, at);
         }
     }
 }

@@ -258,25 +258,14 @@ impl RedisBudget {
             }
         };
         {
-            let now = Instant::now();
             let mut state = cred.state.lock();
             state.mode = (Mode::Shared, None);
-            match &decision {
-                Decision::Granted { wait, .. } => {
-                    if leased {
-                        state.decisions.leased += 1;
-                    } else {
-                        state.decisions.shared += 1;
-                    }
-                    let at = after(now, *wait);
-                    let fallback = &mut state.fallback;
-                    fallback.remember(request.windows, at, now);
-                    if let Some(share) = recovering {
-                        fallback.count_shared(request.windows, share, at);
-                    }
-                }
-                Decision::Denied { .. } => state.decisions.denied += 1,
-            }
+            state.count_spend(
+                request.windows,
+                &decision,
+                (leased, recovering),
+                Instant::now(),
+            );
         }
         Some(decision)
     }

@@ -6,7 +6,6 @@ use tokio::time::Instant;
 
 use crate::credential::Mode;
 use crate::decision::denied;
-use crate::instant::after;
 use crate::keys::part;
 use crate::windows::{Asked, Spends};
 
@@ -62,18 +61,10 @@ impl RedisBudget {
             Asked::Leased(decision) => decision,
             Asked::Again | Asked::Fallback(_) => return keep(&request),
         };
-        let now = Instant::now();
-        let mut state = cred.state.lock();
-        match &decision {
-            Decision::Granted { wait, .. } => {
-                state.decisions.shared += 1;
-                // As any shared start: the fallback counts it if Redis goes.
-                state
-                    .fallback
-                    .remember(request.windows, after(now, *wait), now);
-            }
-            Decision::Denied { .. } => state.decisions.denied += 1,
-        }
+        // As any shared start: the fallback counts it if Redis goes.
+        cred.state
+            .lock()
+            .count_spend(request.windows, &decision, (false, None), Instant::now());
         decision
     }
 }
