@@ -62,7 +62,8 @@ pub(super) async fn with_shared<'a, E, P>(
         // call starts at the grant's time on the slots it holds. Moving
         // them instead would put them behind the slots other calls took
         // meanwhile, and a burst would push itself out of its inline wait.
-        if at <= start.saturating_add(late) {
+        // Never past `latest`: the call must still start within its wait.
+        if at <= start.saturating_add(late) && at <= latest {
             return Ok((local, at, grant));
         }
         // The shared budget starts later: move the local slots there (the
