@@ -403,3 +403,79 @@ async fn a_shared_budget_slower_than_the_deadline_times_the_call_out_at_its_dead
     assert_eq!(began.elapsed(), Duration::from_millis(300));
     assert_eq!(sim.count(), 0);
 }
+
+/// A shared budget whose answers overtake each other on the way back, as
+/// round trips to Redis do: the first ask waits longest before it is
+/// decided, the fifth not at all.
+struct Overtaken {
+    inner: InMemoryBudget,
+    asked: std::sync::atomic::AtomicU64,
+}
+
+impl sluice::shared::SharedBudget for Overtaken {
+    fn reserve<'a>(
+        &'a self,
+        request: sluice::shared::ReserveRequest<'a>,
+    ) -> sluice::shared::BoxFuture<'a, sluice::shared::Decision> {
+        let n = self
+            .asked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(4u64.saturating_sub(n))).await;
+            self.inner.reserve(request).await
+        })
+    }
+
+    fn refund(&self, credential: &str, grant: sluice::shared::Grant) {
+        self.inner.refund(credential, grant);
+    }
+
+    fn block(&self, credential: &str, scope: &str, wait: Duration, hold: sluice::shared::Hold) {
+        self.inner.block(credential, scope, wait, hold);
+    }
+}
+
+/// Five calls of 40 tokens at once on a shared bucket of 100 tokens
+/// refilling 100 a second: two start at once, then one every 0.4 s as the
+/// bucket refills, as on a local bucket. A bucket keeps one time, so a
+/// start charged out of order places every earlier one after it: asked
+/// all at once, the answers overtaking each other, the last-planned call
+/// was charged first and the burst pushed itself seconds out, the last
+/// calls past the inline wait. The engine asks in the order it planned.
+#[tokio::test(start_paused = true)]
+async fn a_burst_on_a_shared_bucket_asks_in_the_order_it_was_planned() {
+    let sim = Sim::always_ok(20);
+    let mut tokens = UnitConfig::with_rate("100/1s".parse().unwrap());
+    tokens.burst = Some(100);
+    let credential = CredentialConfig::with_rate("50/1s".parse().unwrap())
+        .shared(true)
+        .max_in_flight(20)
+        .unit("tokens", tokens);
+    let config = config_with(
+        credential,
+        Defaults {
+            inline_wait: Duration::from_secs(2),
+            ..Defaults::default()
+        },
+    )
+    .tool(
+        "chat",
+        ToolConfig::read("key").cost("tokens", Cost::Argument("max_tokens".into())),
+    );
+    let budget = Arc::new(Overtaken {
+        inner: InMemoryBudget::new(),
+        asked: std::sync::atomic::AtomicU64::new(0),
+    });
+    let gate = Gate::builder(config, SimExecutor(sim.clone()))
+        .shared(budget)
+        .build()
+        .unwrap();
+    let calls = (0..5).map(|n| Call::new("chat", json!({ "n": n, "max_tokens": 40 })));
+    let outcomes = gate.turn().run(calls).await;
+    assert!(outcomes.iter().all(|o| o.status() == "ok"), "{outcomes:?}");
+    let starts = sim.starts_ms();
+    assert_eq!(starts.len(), 5);
+    // Each ask waits for the one planned before it: a few ms each here.
+    assert!(starts[1] - starts[0] <= 5.0, "two at once: {starts:?}");
+    assert!(starts[4] <= 1_100.0, "the fifth within 1.1 s: {starts:?}");
+}

@@ -29,6 +29,19 @@ pub(super) async fn with_shared<'a, E, P>(
     start: Micros,
     latest: Micros,
 ) -> Result<(Local, Micros, SharedGrant<'a>), Outcome> {
+    // Waits its turn behind the calls planned before it (a bucket's
+    // credential only), within its deadline.
+    let _in_order = match &job.credential.asks_in_order {
+        Some(order) => {
+            let remaining = Duration::from_micros(job.remaining(engine.now()));
+            let Ok(held) = tokio::time::timeout(remaining, order.lock()).await else {
+                drop(local);
+                return Err(Outcome::timed_out(job.deadline.len(), false));
+            };
+            Some(held)
+        }
+        None => None,
+    };
     let mut local = local;
     let mut start = start;
     let late = scopes
