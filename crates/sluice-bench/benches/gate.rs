@@ -8,9 +8,9 @@
 //! configuration had freed.) The keyed scopes' ratio is also measured in
 //! alternating batches: the `keyed_ratio` bench.
 //!
-//! `cargo bench -p sluice-bench --bench gate`: this crate builds sluice
-//! without the `tokio-clock` feature, so every call reads the clock a
-//! production build reads (the time-stamp counter).
+//! `cargo bench -p sluice-bench --bench gate`: the gates are built on a
+//! running (not paused) runtime, so every call reads the clock production
+//! reads (the time-stamp counter).
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::hint::black_box;

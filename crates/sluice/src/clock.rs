@@ -2,15 +2,15 @@
 //! answer comes, and again only after a step that waited (the pipeline
 //! passes the call's reading down; `pipeline/clock_reads.rs` pins it).
 //!
-//! Chosen once, at build, by a cargo feature (docs/PERFORMANCE.md, "The
-//! clock"):
+//! One engine clock, [`EngineClock`], in tests and in production alike.
+//! Which counter it reads is decided when the gate is built:
 //!
-//! - by default [`TscClock`]: the CPU's time-stamp counter through `quanta`
-//!   (a few nanoseconds; `clock_gettime` costs 37 ns on the benchmark VM);
-//! - with the `tokio-clock` feature [`TokioClock`]: tokio's clock, which
-//!   `tokio::time::pause()` stops and advances. Every test that runs the
-//!   engine on tokio's paused clock builds with it (the crates' dev-dependency
-//!   on sluice turns it on).
+//! - [`TscClock`]: the CPU's time-stamp counter through `quanta` (a few
+//!   nanoseconds; `clock_gettime` costs 37 ns on the benchmark VM);
+//! - [`TokioClock`]: tokio's clock, when it stands still at that moment:
+//!   a runtime paused by `tokio::time::pause()` or `start_paused` (a test),
+//!   whose time moves only as tokio advances it, so that the engine's
+//!   windows and deadlines move with it.
 //!
 //! Both give [`tokio::time::Instant`]s, so a start slot or a deadline is
 //! slept on with tokio's timers either way.
@@ -95,22 +95,61 @@ impl Clock for TscClock {
     }
 }
 
-/// The clock this build reads.
-#[cfg(all(not(test), feature = "tokio-clock"))]
-pub type EngineClock = TokioClock;
-/// The clock this build reads: in the crate's own tests, tokio's clock
-/// with every read counted ([`reads`]), so a test can pin how often a call
-/// asks for the time. Release builds never compile the counter.
-#[cfg(test)]
-pub type EngineClock = counting::Counted;
-/// The clock this build reads.
-#[cfg(not(any(test, feature = "tokio-clock")))]
-pub type EngineClock = TscClock;
+/// The engine's clock: microseconds since the gate was built, on the
+/// time-stamp counter, or on tokio's clock when the gate was built on a
+/// paused runtime (see the module's documentation).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum EngineClock {
+    /// The counter, from this reading of it.
+    Tsc(u64),
+    /// tokio's paused clock, from this instant.
+    Tokio(Instant),
+}
 
-/// Now, on the clock this build reads.
-#[inline]
-pub(crate) fn now() -> Instant {
-    EngineClock::now()
+impl EngineClock {
+    /// A clock starting now, on tokio's clock if it stands still.
+    pub(crate) fn start() -> Self {
+        if tokio_paused() {
+            EngineClock::Tokio(TokioClock::origin())
+        } else {
+            EngineClock::Tsc(TscClock::origin())
+        }
+    }
+
+    /// Microseconds since the clock started.
+    #[inline]
+    pub(crate) fn micros(&self) -> Micros {
+        #[cfg(test)]
+        counting::count();
+        match *self {
+            EngineClock::Tsc(origin) => TscClock::micros_since(origin),
+            EngineClock::Tokio(origin) => TokioClock::micros_since(origin),
+        }
+    }
+
+    /// Now, as an instant.
+    #[inline]
+    pub(crate) fn now(&self) -> Instant {
+        #[cfg(test)]
+        counting::count();
+        match self {
+            EngineClock::Tsc(_) => TscClock::now(),
+            EngineClock::Tokio(_) => TokioClock::now(),
+        }
+    }
+}
+
+/// Whether tokio's clock stands still: a paused clock moves only when
+/// tokio advances it, never while this thread spins for 20 µs, and the
+/// OS clock always does. Built outside a runtime, or in one that is not
+/// paused, the gate reads the counter.
+fn tokio_paused() -> bool {
+    let before = Instant::now();
+    let spun = std::time::Instant::now();
+    while spun.elapsed() < std::time::Duration::from_micros(20) {
+        std::hint::spin_loop();
+    }
+    Instant::now() == before
 }
 
 /// Reads of the engine's clock made on this thread so far (the crate's
@@ -120,44 +159,18 @@ pub(crate) fn reads() -> u64 {
     counting::READS.with(std::cell::Cell::get)
 }
 
+/// The crate's tests count the engine's clock reads on the reading
+/// thread; release builds never compile the counter.
 #[cfg(test)]
 mod counting {
     use std::cell::Cell;
-
-    use tokio::time::Instant;
-
-    use super::{Clock, TokioClock};
-    use crate::limiter::Micros;
 
     thread_local! {
         pub(super) static READS: Cell<u64> = const { Cell::new(0) };
     }
 
-    fn count() {
+    pub(super) fn count() {
         READS.with(|reads| reads.set(reads.get() + 1));
-    }
-
-    /// tokio's clock, counting its reads on the reading thread.
-    #[derive(Debug, Clone, Copy, Default)]
-    pub struct Counted;
-
-    impl Clock for Counted {
-        type Origin = Instant;
-
-        fn now() -> Instant {
-            count();
-            TokioClock::now()
-        }
-
-        fn origin() -> Instant {
-            count();
-            TokioClock::origin()
-        }
-
-        fn micros_since(origin: Instant) -> Micros {
-            count();
-            TokioClock::micros_since(origin)
-        }
     }
 }
 
@@ -192,10 +205,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn tests_read_the_paused_clock() {
-        let (before, origin) = (now(), EngineClock::origin());
+    async fn a_clock_started_on_a_paused_runtime_reads_it() {
+        let clock = EngineClock::start();
+        assert!(matches!(clock, EngineClock::Tokio(_)), "{clock:?}");
+        let before = clock.now();
         tokio::time::sleep(Duration::from_secs(3_600)).await;
-        assert_eq!(now() - before, Duration::from_secs(3_600));
-        assert_eq!(EngineClock::micros_since(origin), 3_600_000_000);
+        assert_eq!(clock.now() - before, Duration::from_secs(3_600));
+        assert_eq!(clock.micros(), 3_600_000_000);
+    }
+
+    #[tokio::test]
+    async fn a_clock_started_on_a_running_runtime_reads_the_counter() {
+        let clock = EngineClock::start();
+        assert!(matches!(clock, EngineClock::Tsc(_)), "{clock:?}");
+        let before = clock.now();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let took = clock.now() - before;
+        assert!(took >= Duration::from_millis(19), "{took:?}");
+        assert!(clock.micros() >= 19_000);
+    }
+
+    #[test]
+    fn a_clock_started_outside_a_runtime_reads_the_counter() {
+        assert!(matches!(EngineClock::start(), EngineClock::Tsc(_)));
     }
 }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::Credential;
 use crate::call::Route;
-use crate::clock::{Clock, EngineClock};
+use crate::clock::EngineClock;
 use crate::config::{ConfigError, Defaults, GateConfig, Spend};
 use crate::deadline::Deadline;
 use crate::hash::FastMap;
@@ -48,8 +48,8 @@ pub(crate) struct Engine<E> {
     rng: Mutex<Box<dyn RngCore + Send>>,
     /// Where the engine's microsecond clock starts, as an instant...
     pub(super) origin: Instant,
-    /// ...and on the clock's own counter, read on every call.
-    pub(super) ticks: <EngineClock as Clock>::Origin,
+    /// ...and the clock itself, read on every call.
+    pub(super) ticks: EngineClock,
     pub(super) observer: Option<Arc<dyn Observer>>,
     pub(super) shared: Option<Arc<dyn SharedBudget>>,
 }
@@ -65,8 +65,8 @@ impl<E> std::fmt::Debug for Engine<E> {
 }
 
 impl<E> Engine<E> {
-    /// Validates `config` and builds the state. Reads tokio's clock, so it
-    /// must run inside a tokio runtime.
+    /// Validates `config` and builds the state, starting the engine's clock
+    /// (on tokio's clock if the runtime is paused: [`EngineClock::start`]).
     pub(crate) fn new(
         config: GateConfig,
         executor: E,
@@ -112,6 +112,7 @@ impl<E> Engine<E> {
             tools.insert(Arc::from(name.as_str()), tool);
         }
         let rng = rng.unwrap_or_else(|| Box::new(StdRng::from_os_rng()));
+        let ticks = EngineClock::start();
         Ok(Engine {
             scopes: Arc::new(Registry::new(micros(defaults.scope_idle))),
             default_scope: Arc::from(crate::signal::DEFAULT_SCOPE),
@@ -120,8 +121,8 @@ impl<E> Engine<E> {
             credentials,
             tools,
             rng: Mutex::new(rng),
-            origin: crate::clock::now(),
-            ticks: EngineClock::origin(),
+            origin: ticks.now(),
+            ticks,
             observer,
             shared,
         })
@@ -130,12 +131,12 @@ impl<E> Engine<E> {
     /// Now, in microseconds since the engine was built, on the engine's clock
     /// (one counter read and a subtraction on a production build).
     pub(crate) fn now(&self) -> Micros {
-        EngineClock::micros_since(self.ticks)
+        self.ticks.micros()
     }
 
     /// One reading of the clock, as an instant and as [`Engine::now`].
     pub(crate) fn clock(&self) -> (Instant, Micros) {
-        let at = crate::clock::now();
+        let at = self.ticks.now();
         (at, self.micros_at(at))
     }
 
@@ -151,7 +152,7 @@ impl<E> Engine<E> {
         self.origin
             .checked_add(Duration::from_micros(at))
             .unwrap_or_else(|| {
-                let now = crate::clock::now();
+                let now = self.ticks.now();
                 now.checked_add(Deadline::MAX_LEN).unwrap_or(now)
             })
     }

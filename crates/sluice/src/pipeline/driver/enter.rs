@@ -37,7 +37,7 @@ pub(super) fn begin<'a, E: Executor>(
 ) -> Result<(Begun<'a, E::Payload>, Option<String>), Completion> {
     // The call's one reading of the clock: every step until the send reads
     // it from here, and reads again only after an await that waited.
-    let started = crate::clock::now();
+    let started = engine.clock().0;
     let Routed {
         name,
         route,

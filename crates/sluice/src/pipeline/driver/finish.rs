@@ -32,7 +32,7 @@ pub(super) fn finish<E: Executor>(
             tool: &call.tool,
             outcome: &completion.outcome,
             coalesced: completion.coalesced,
-            elapsed: crate::clock::now().saturating_duration_since(started),
+            elapsed: engine.clock().0.saturating_duration_since(started),
         });
     }
     completion
