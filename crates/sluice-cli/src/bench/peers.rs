@@ -195,12 +195,7 @@ impl Limiter {
                     windows: &[],
                     not_before: Duration::ZERO,
                     max_wait: Duration::from_millis(250),
-                    // As the engine asks: half of what the margin added.
-                    late_start: self
-                        .engine_rate
-                        .window()
-                        .saturating_sub(Duration::from_secs(1))
-                        / 2,
+                    late_start: engine_late(self.engine_rate),
                     priority: sluice::Priority::Normal,
                 };
                 Ok(match budget.reserve(request).await {
@@ -317,11 +312,17 @@ pub(crate) fn pace(callers: usize, limit: u32, keys: usize) -> Duration {
 
 /// `limit` per second as the engine sends it to Redis: the window widened
 /// by the default margin, at most a tenth of it (`Rate::widened`).
-fn engine_rate(limit: u32) -> anyhow::Result<Rate> {
+pub(crate) fn engine_rate(limit: u32) -> anyhow::Result<Rate> {
     let count = std::num::NonZeroU32::new(limit).ok_or_else(|| anyhow::anyhow!("a zero limit"))?;
     let second = Duration::from_secs(1);
     let window = second + Defaults::default().window_margin.min(second / 10);
     Rate::new(count, window).ok_or_else(|| anyhow::anyhow!("no rate of {limit} per {window:?}"))
+}
+
+/// How late a slot of `rate` (an [`engine_rate`]) may start, as the engine
+/// asks: half of what the margin added to the window.
+pub(crate) fn engine_late(rate: Rate) -> Duration {
+    rate.window().saturating_sub(Duration::from_secs(1)) / 2
 }
 
 /// `callers` tasks per process (one limiter each) deciding for `duration`

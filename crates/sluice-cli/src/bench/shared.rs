@@ -12,7 +12,6 @@
 //!   at three times the limit.
 
 use std::fmt::Write as _;
-use std::num::NonZeroU32;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +19,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde::Serialize;
-use sluice::Rate;
 use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedLimit};
 use sluice_redis::{RedisBudget, RedisConfig};
 use tokio::time::Instant;
@@ -115,14 +113,13 @@ async fn decisions(
         config = config.max_lease(slots);
     }
     let budget = Arc::new(RedisBudget::connect(config).await?);
+    // As the engine asks for a limit of a million a second: the window
+    // widened by the default margin, a slot allowed to start that late.
     let limit = SharedLimit {
-        rate: Rate::new(
-            NonZeroU32::new(1_000_000).context("nonzero")?,
-            Duration::from_secs(1),
-        )
-        .context("rate")?,
+        rate: super::peers::engine_rate(1_000_000)?,
         burst: None,
     };
+    let late_start = super::peers::engine_late(limit.rate);
     let granted = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs(args.seconds);
     let mut callers = tokio::task::JoinSet::new();
@@ -137,10 +134,7 @@ async fn decisions(
                     windows: &[],
                     not_before: Duration::ZERO,
                     max_wait: Duration::from_secs(1),
-                    // Decisions are counted, not starts: no margin (the
-                    // backend's floor still lets a slot due at once serve
-                    // the caller who takes it a moment later).
-                    late_start: Duration::ZERO,
+                    late_start,
                     priority: sluice::Priority::Normal,
                 };
                 if let Decision::Granted { .. } = budget.reserve(request).await {

@@ -35,14 +35,18 @@ pub(crate) struct Credential {
     /// bucket (the shared windows are exact logs, from which a grant comes
     /// back whole).
     pub(crate) outranks_shared: bool,
-    /// On a shared credential whose starts are placed in order, this
-    /// process's calls ask the shared budget one at a time, in the order
-    /// their local slots were planned. A bucket keeps one time, not a log,
-    /// and a spend of several windows places a start that does not fit as
-    /// asked after the latest one granted, so asks that overtook each other
-    /// on the way to Redis pushed a burst seconds out (issue 50: three of
-    /// five calls deferred 4.2 s). One request window places a start
-    /// anywhere its log has room: those calls ask at once.
+    /// On a shared credential whose calls the shared budget places by
+    /// their spend (several windows, groups, units or a low share), this
+    /// process's calls ask it one at a time, in the order their local slots
+    /// were planned. A spend places a start that does not fit as asked
+    /// after the latest one granted, and a bucket keeps one time, not a
+    /// log, so asks that overtook each other on the way to Redis pushed a
+    /// burst seconds out (issue 50: three of five calls deferred 4.2 s).
+    /// A spend's answer comes back at once (the engine sleeps for its
+    /// start), so one ask waits only for the round trips of those before
+    /// it. A credential of one request window asks at once: its grants
+    /// sleep until their slot inside the budget, which a queue would turn
+    /// into one slot at a time.
     pub(crate) asks_in_order: Option<tokio::sync::Mutex<()>>,
     /// The credential's own scope once a call made it, found here through
     /// the record the call's route already holds instead of by the
@@ -82,7 +86,7 @@ impl Credential {
             && limits.groups.is_empty()
             && limits.units.is_empty()
             && limits.low_share.is_none();
-        let in_order = limits.enforce && limits.shared && !(exact && one_window);
+        let in_order = limits.enforce && limits.shared && !one_window;
         let asks_in_order = in_order.then(Default::default);
         Credential {
             name,
