@@ -2,7 +2,7 @@
 //! answer comes, and again only after a step that waited (the pipeline
 //! passes the call's reading down; `pipeline/clock_reads.rs` pins it).
 //!
-//! One engine clock, [`EngineClock`], in tests and in production alike.
+//! One engine clock, `EngineClock`, in tests and in production alike.
 //! Which counter it reads is decided when the gate is built:
 //!
 //! - [`TscClock`]: the CPU's time-stamp counter through `quanta` (a few

@@ -66,7 +66,7 @@ impl<E> std::fmt::Debug for Engine<E> {
 
 impl<E> Engine<E> {
     /// Validates `config` and builds the state, starting the engine's clock
-    /// (on tokio's clock if the runtime is paused: [`EngineClock::start`]).
+    /// (on tokio's clock if the runtime is paused: `EngineClock::start`).
     pub(crate) fn new(
         config: GateConfig,
         executor: E,
