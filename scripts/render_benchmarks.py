@@ -249,8 +249,8 @@ w("`cargo bench -p sluice --bench limiter`, `cargo bench -p sluice-bench --bench
   "(criterion, median estimate) and `cargo bench -p sluice-bench --bench memory` (a counting allocator). "
   "\"engine clock\": the clock a production build reads (the TSC through quanta, "
   "microseconds straight off the counter) and the scope's lock, as a call reserves. The gate "
-  "bench lives in its own crate so that it builds sluice as a release build does, without the "
-  "`tokio-clock` feature the tests turn on: its calls read the same counter.")
+  "bench builds its gates on a running runtime, so its calls read the same counter as production "
+  "(a gate reads tokio's clock only when built on a paused runtime).")
 w("")
 w("| benchmark | uncontended | 2 threads, one cell |")
 w("|---|---:|---:|")
@@ -429,7 +429,10 @@ if os.path.exists(os.path.join(results, "mcp.json")):
 w("## Shared limiter on Redis")
 w("")
 w("`sluice bench shared --json` — a private `redis-server`; 64 callers in one process reserving "
-  "back to back; then three `sluice serve` processes with `shared = true` driven hard on one key.")
+  "back to back; then three `sluice serve` processes with `shared = true` driven hard on one key. "
+  "The callers ask as the engine does: the window widened by the default 20 ms `window_margin`, "
+  "and a slot allowed to start 10 ms late (the guard, measured in one sitting against the code "
+  "before the exactness work: [PERFORMANCE](docs/PERFORMANCE.md#shared-limiter-redis-round-trips-per-admitted-call)).")
 w("")
 w("| measurement | figure |")
 w("|---|---:|")
