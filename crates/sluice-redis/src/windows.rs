@@ -509,11 +509,8 @@ impl Spends {
     /// Redis has it back (or could not be reached). The refund runs on its
     /// own, so a caller that stops waiting does not stop it.
     pub(crate) async fn refund_now(self: &Arc<Self>, runner: &Arc<Runner>, member: &str) {
-        if let Some(refunding) = self.refunding(runner, member)
-            && let Ok(handle) = tokio::runtime::Handle::try_current()
-        {
-            // A refund that panicked has nothing more to give back.
-            let _ = handle.spawn(refunding).await;
+        if let Some(refunding) = self.refunding(runner, member) {
+            spawned(refunding).await;
         }
     }
 
@@ -547,5 +544,13 @@ impl Spends {
 fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(task);
+    }
+}
+
+/// Runs `task` on its own and waits for it: a caller that stops waiting
+/// does not stop it. A task that panicked has nothing more to do.
+async fn spawned(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        let _ = handle.spawn(task).await;
     }
 }

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{Spends, spawn};
+use super::{Spends, spawn, spawned};
 use crate::runner::Runner;
 use crate::spend::{Bucket, Granted, is_unit};
 
@@ -34,11 +34,8 @@ impl Spends {
         unit: &str,
         (estimate, actual): (u64, u64),
     ) {
-        if let Some(settling) = self.settling(runner, member, unit, estimate, actual)
-            && let Ok(handle) = tokio::runtime::Handle::try_current()
-        {
-            // A true-up that panicked has nothing more to change.
-            let _ = handle.spawn(settling).await;
+        if let Some(settling) = self.settling(runner, member, unit, estimate, actual) {
+            spawned(settling).await;
         }
     }
 
