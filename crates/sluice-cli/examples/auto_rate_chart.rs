@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use plotters::prelude::*;
 use serde_json::{Value, json};
 use sluice::{
-    Call, CredentialConfig, Executor, Gate, GateConfig, Request, ToolConfig, TransportError,
+    Call, CredentialConfig, Executor, Gate, GateConfig, Reply, Request, ToolConfig, TransportError,
 };
 use sluice_fake::{Config, FakeApi, Latency, Limits, Record};
 
@@ -36,17 +36,14 @@ struct InProcess(Arc<Mutex<FakeApi>>);
 impl Executor for InProcess {
     type Payload = Value;
 
-    async fn execute(
-        &self,
-        request: Request<Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<Value>) -> Result<Reply, TransportError> {
         let api = self.0.lock().clone();
         let http_request =
             http::Request::get(format!("/api/{}?n={}", request.tool, request.payload["n"]))
                 .header("authorization", "Bearer auto")
                 .body(Bytes::new())
                 .map_err(|e| TransportError::connect(e.to_string()))?;
-        Ok(api.handle(http_request).await)
+        Ok(api.handle(http_request).await.into())
     }
 }
 

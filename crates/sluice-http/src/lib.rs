@@ -37,7 +37,7 @@ mod tool_call;
 pub mod trace;
 
 pub use deadline::{Refused, call_deadline, client_deadline};
-pub use executor::{ClientError, HttpExecutor, UpstreamBody};
+pub use executor::{ClientError, HttpExecutor};
 pub use function::{Raised, outcome_of};
 pub use listener::{App, Direct, DirectAnswer, Listeners, bind};
 pub use payload::{HttpRequest, Outbound};

@@ -13,7 +13,7 @@ use napi::Status;
 use napi::bindgen_prelude::Promise;
 use napi::threadsafe_function::ThreadsafeFunction;
 use serde_json::Value;
-use sluice::{Executor, Request, TransportError};
+use sluice::{Executor, Reply, Request, TransportError};
 
 /// A function tool's attempt: called with nothing, it answers a promise of
 /// the attempt's answer as JSON text (`js/lib/attempt.js`). Weak: a call
@@ -66,7 +66,7 @@ impl Executor for JsExecutor {
     fn execute(
         &self,
         request: Request<Payload>,
-    ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send {
+    ) -> impl Future<Output = Result<Reply, TransportError>> + Send {
         let http = self.http.clone();
         async move {
             match &*request.payload {
@@ -80,7 +80,7 @@ impl Executor for JsExecutor {
                     let answer = promise.await.map_err(|error| {
                         TransportError::other(format!("the tool's attempt failed: {error}"))
                     })?;
-                    read_answer(&answer)
+                    read_answer(&answer).map(Reply::from)
                 }
             }
         }

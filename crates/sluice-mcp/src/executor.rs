@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::StatusCode;
 use serde_json::value::RawValue;
-use sluice::{Executor, NoRetry, Payload, Request, TransportError};
+use sluice::{Executor, NoRetry, Payload, Reply, Request, TransportError};
 use sluice_http::trace::ClientSpan;
 
 use crate::jsonrpc::{self, IdKey};
@@ -162,10 +162,7 @@ impl Drop for Forwarded {
 impl Executor for ServerExecutor {
     type Payload = ToolCall;
 
-    async fn execute(
-        &self,
-        request: Request<ToolCall>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<ToolCall>) -> Result<Reply, TransportError> {
         // Sent: no more "waiting in the queue" for this call.
         crate::progress::past_queue();
         {
@@ -212,7 +209,7 @@ impl Executor for ServerExecutor {
                                 if call.policy.destructive && ambiguous(response.status()) {
                                     response.extensions_mut().insert(NoRetry);
                                 }
-                                return Ok(response);
+                                return Ok(response.into());
                             }
                             // The stream ended; what it carried was handed on already.
                             Ok(None) => match reply.try_recv() {
@@ -239,7 +236,7 @@ impl Executor for ServerExecutor {
                 span.end(error_type(answer.as_ref()).as_deref());
             }
             match answer {
-                Some(reply) => Ok(into_response(reply, &link.detector, call.policy)),
+                Some(reply) => Ok(into_response(reply, &link.detector, call.policy).into()),
                 None => Err(TransportError::other(
                     "the MCP server stopped before answering",
                 )),

@@ -123,6 +123,7 @@ mod tests {
                     .insert(MEMBER_HEADER, http::HeaderValue::from_static(member));
                 Arc::new(response)
             }),
+            stream: None,
             coalesced: false,
         }
     }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use sluice::{Executor, Request, TransportError};
+use sluice::{Executor, Reply, Request, TransportError};
 use sluice_http::{HttpExecutor, Outbound};
 
 use crate::bridge::PyTaskFuture;
@@ -62,7 +62,7 @@ impl Executor for PyExecutor {
     fn execute(
         &self,
         request: Request<Payload>,
-    ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send {
+    ) -> impl Future<Output = Result<Reply, TransportError>> + Send {
         let http = self.http.clone();
         async move {
             match &*request.payload {
@@ -79,7 +79,7 @@ impl Executor for PyExecutor {
                         }
                     });
                     let result = attempt.await;
-                    Python::attach(|py| read(py, result))
+                    Python::attach(|py| read(py, result)).map(Reply::from)
                 }
             }
         }

@@ -67,7 +67,6 @@
 #[doc(hidden)]
 pub mod fuzzing;
 mod metrics;
-mod relay;
 mod reload;
 mod routes;
 mod serve_app;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, Method};
 use parking_lot::Mutex;
-use sluice::{Executor, Payload, Request, TransportError};
+use sluice::{Executor, Payload, Reply, Request, TransportError};
 
 /// An error from the stack below sluice.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -73,11 +73,11 @@ impl Executor for Dispatch {
     fn execute(
         &self,
         request: Request<HttpCall>,
-    ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send {
+    ) -> impl Future<Output = Result<Reply, TransportError>> + Send {
         let call = request.payload;
         async move {
             match call.attempt.send().await {
-                Ok(response) => Ok(response),
+                Ok(response) => Ok(response.into()),
                 Err(failed) => {
                     let message = failed.error.to_string();
                     *call.failure.lock() = Some(failed.error);

@@ -8,6 +8,7 @@ use smol_str::SmolStr;
 
 use crate::config::{Priority, Spend};
 use crate::outcome::Outcome;
+use crate::stream::StreamSlot;
 
 /// One tool call: tool + payload (JSON arguments by default) + optional deadline.
 ///
@@ -144,6 +145,9 @@ pub struct Completion {
     pub outcome: Outcome,
     /// The last upstream response, for `ok` and for upstream `error`s.
     pub response: Option<Arc<http::Response<Bytes>>>,
+    /// The response's body when it still streams ([`crate::Reply::stream`]),
+    /// for the one reader that takes it.
+    pub stream: Option<StreamSlot>,
     /// True when another call in the turn answered it: this one joined it
     /// in flight, or was answered from the turn's read cache.
     pub coalesced: bool,
@@ -154,6 +158,7 @@ impl From<Outcome> for Completion {
         Completion {
             outcome,
             response: None,
+            stream: None,
             coalesced: false,
         }
     }

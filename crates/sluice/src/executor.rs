@@ -5,9 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 
-use crate::scope::Held;
+use crate::stream::BodyStream;
 
 /// What a call carries to the executor. Its coalescing identity decides
 /// which reads in a turn are "the same call".
@@ -88,7 +87,7 @@ pub trait Executor: Send + Sync + 'static {
     fn execute(
         &self,
         request: Request<Self::Payload>,
-    ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send;
+    ) -> impl Future<Output = Result<Reply, TransportError>> + Send;
 }
 
 /// Marks a response after which the call must not go again, whatever its
@@ -105,53 +104,56 @@ pub trait Executor: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NoRetry;
 
-/// Marks a response whose body is still arriving when the executor returns
-/// its head: the executor carries the body to its caller beside the head
-/// (in the response's extensions), so the engine reads signals from the
-/// head while the body streams.
+/// What an executor answers: the upstream's response, and the rest of its
+/// body when that is still arriving.
 ///
-/// Such a request is still in flight upstream until its body ends, so the
-/// gate keeps the call's concurrency permit (`max_in_flight`) and counts the
-/// request in flight past the call's completion: it parks them here, and
-/// the code that reads the body takes them with [`Streaming::hold`] and
-/// drops the [`BodyHold`] when the body has ended or been abandoned. A
-/// marker nobody takes releases them when the last copy of the response is
-/// dropped. Only a call that nothing else shares is held this way: for a
-/// read that may be coalesced (its payload has a coalesce key), the permit
-/// is released at completion as for any buffered response, so mark only
-/// responses of payloads that never coalesce.
+/// Most executors read the body whole and return the response
+/// (`Ok(response.into())`). One that returns the head before the body has
+/// ended (an event stream, a long download) puts what it read of the body
+/// and the rest in [`Reply::stream`], with an empty body in the response:
+/// the engine reads signals from the head, and the call keeps its
+/// concurrency permit and in-flight count until the body has ended
+/// ([`BodyStream`]). Only a call that nothing else shares holds them so;
+/// for a read that may be coalesced (its payload has a coalesce key), the
+/// permit goes back at completion as for a body read whole.
 ///
 /// ```
-/// let marker = sluice::Streaming::new();
-/// let mut response = http::Response::new(bytes::Bytes::new());
-/// response.extensions_mut().insert(marker.clone());
-/// // Before the gate has parked anything, there is nothing to hold.
-/// assert!(marker.hold().is_none());
+/// use bytes::Bytes;
+/// use http_body_util::Empty;
+///
+/// let whole: sluice::Reply = http::Response::new(Bytes::from("{}")).into();
+/// assert!(whole.stream.is_none());
+/// let streamed = sluice::Reply::streaming(
+///     http::Response::new(()),
+///     sluice::BodyStream::new(Bytes::new(), Empty::<Bytes>::new()),
+/// );
+/// assert!(streamed.stream.is_some());
 /// ```
-#[derive(Debug, Clone, Default)]
-pub struct Streaming(Arc<Mutex<Option<Held>>>);
-
-/// A call's concurrency permit and in-flight count, held while its body
-/// streams; dropping it gives them back. See [`Streaming`].
 #[derive(Debug)]
-pub struct BodyHold {
-    _held: Held,
+pub struct Reply {
+    /// The status, the headers and the body read (all of it unless
+    /// `stream` is set, then none).
+    pub response: http::Response<Bytes>,
+    /// The body, when it is still arriving.
+    pub stream: Option<BodyStream>,
 }
 
-impl Streaming {
-    /// A marker with nothing parked yet.
-    pub fn new() -> Self {
-        Streaming::default()
+impl Reply {
+    /// A head whose body is still arriving.
+    pub fn streaming(head: http::Response<()>, body: BodyStream) -> Self {
+        Reply {
+            response: head.map(|()| Bytes::new()),
+            stream: Some(body),
+        }
     }
+}
 
-    /// Takes what the gate parked for this response, if anything; the
-    /// caller drops it when the body has ended.
-    pub fn hold(&self) -> Option<BodyHold> {
-        self.0.lock().take().map(|held| BodyHold { _held: held })
-    }
-
-    pub(crate) fn park(&self, held: Held) {
-        *self.0.lock() = Some(held);
+impl From<http::Response<Bytes>> for Reply {
+    fn from(response: http::Response<Bytes>) -> Self {
+        Reply {
+            response,
+            stream: None,
+        }
     }
 }
 
@@ -187,8 +189,9 @@ where
     fn execute(
         &self,
         request: Request<serde_json::Value>,
-    ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send {
-        (self.0)(request)
+    ) -> impl Future<Output = Result<Reply, TransportError>> + Send {
+        let answer = (self.0)(request);
+        async move { answer.await.map(Reply::from) }
     }
 }
 

@@ -107,6 +107,7 @@ mod retry;
 pub mod scope;
 pub mod shared;
 pub mod signal;
+mod stream;
 mod turn;
 
 pub use body::Body;
@@ -117,12 +118,12 @@ pub use config::{
 };
 pub use deadline::{Deadline, DeadlineError};
 pub use executor::{
-    BodyHold, Executor, FnExecutor, NoRetry, Payload, Request, Streaming, TransportError,
-    executor_fn,
+    Executor, FnExecutor, NoRetry, Payload, Reply, Request, TransportError, executor_fn,
 };
 pub use gate::{Gate, GateBuilder};
 pub use observe::{Event, Observer, ShadowDecision, WaitKind};
 pub use outcome::{Outcome, Reason};
 pub use rate::{Rate, RateError};
 pub use retry::{Failure, RetryBudget, full_jitter};
+pub use stream::{BodyStream, BoxError, StreamSlot};
 pub use turn::Turn;

@@ -4,9 +4,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use bytes::Bytes;
 use reqwest::Url;
-use sluice::{Executor, Request, TransportError};
+use sluice::{Executor, Reply, Request, TransportError};
 
 /// Sends calls as JSON bodies, signed with one key.
 #[derive(Debug, Clone)]
@@ -94,14 +93,12 @@ impl JsonApi {
 impl Executor for JsonApi {
     type Payload = serde_json::Value;
 
-    async fn execute(
-        &self,
-        request: Request<serde_json::Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<serde_json::Value>) -> Result<Reply, TransportError> {
         crate::harness::engine_response(
             self.send(&request.tool, &request.payload, request.timeout)
                 .await,
         )
         .await
+        .map(Reply::from)
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use reqwest::Url;
-use sluice::{Executor, Request, TransportError};
+use sluice::{Executor, Reply, Request, TransportError};
 
 /// Sends tool calls to the API, signed with one key.
 #[derive(Debug, Clone)]
@@ -63,15 +63,13 @@ impl ApiClient {
 impl Executor for ApiClient {
     type Payload = serde_json::Value;
 
-    async fn execute(
-        &self,
-        request: Request<serde_json::Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<serde_json::Value>) -> Result<Reply, TransportError> {
         engine_response(
             self.get(&request.tool, &request.payload, request.timeout)
                 .await,
         )
         .await
+        .map(Reply::from)
     }
 }
 

@@ -1,13 +1,7 @@
-//! When a proxied answer's body streams, and how it is carried to the
-//! route that answers the client, beside the head the engine sees.
+//! When a proxied answer's body streams rather than being read whole.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, StatusCode};
-use hyper::body::Incoming;
-use parking_lot::Mutex;
 use sluice::signal::BodySignals;
 
 /// A proxied answer that is not a stream by its type is read whole up to
@@ -25,25 +19,6 @@ const STREAM_TYPES: [&str; 6] = [
     "application/x-jsonlines",
     "multipart/x-mixed-replace",
 ];
-
-/// The body of a proxied answer that streams, carried beside the head the
-/// engine sees (in the response's extensions), so that the engine does not
-/// wait for it: what was read of it already, and the rest, for the one
-/// caller that takes it. A body read whole is the response's own (the
-/// outcome parses it only if something reads it).
-#[derive(Debug, Clone)]
-pub struct UpstreamBody(Arc<Mutex<Option<(Bytes, Incoming)>>>);
-
-impl UpstreamBody {
-    pub(crate) fn new(read: Bytes, rest: Incoming) -> Self {
-        UpstreamBody(Arc::new(Mutex::new(Some((read, rest)))))
-    }
-
-    /// The body, for the one caller that takes it first.
-    pub fn take(&self) -> Option<(Bytes, Incoming)> {
-        self.0.lock().take()
-    }
-}
 
 /// True when the engine's signal reader needs an answer's body, so it is
 /// read whole (bounded) and never streamed: any non-2xx answer (an error's

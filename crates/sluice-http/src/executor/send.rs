@@ -11,11 +11,11 @@ use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use sluice::signal::BodySignals;
-use sluice::{Executor, Request, Streaming, TransportError};
+use sluice::{BodyStream, Executor, Reply, Request, TransportError};
 use sluice_config::Upstream;
 use url::Url;
 
-use super::body::{STREAM_PAST, UpstreamBody, body_matters, streams_at_once};
+use super::body::{STREAM_PAST, body_matters, streams_at_once};
 use super::client::{ClientError, Connector, Pool, SendError};
 use crate::payload::Outbound;
 use crate::trace::{ClientSpan, TRACEPARENT};
@@ -55,8 +55,8 @@ struct Target {
 /// event stream, NDJSON) or declares a length past 1 MiB, else once it
 /// grows past 1 MiB (a shorter one is read whole, so that one cut short
 /// is retried or answered 502 and its length stays exact). The head goes
-/// back to the engine with the body beside it, marked [`Streaming`], so
-/// the call keeps its concurrency permit until the body has been delivered.
+/// goes back to the engine with the body as a [`BodyStream`], so the call
+/// keeps its concurrency permit until the body has been delivered.
 #[derive(Debug, Clone)]
 pub struct HttpExecutor {
     connector: Connector,
@@ -107,10 +107,7 @@ impl HttpExecutor {
         })
     }
 
-    async fn send(
-        &self,
-        request: Request<Outbound>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn send(&self, request: Request<Outbound>) -> Result<Reply, TransportError> {
         let Some(target) = self.targets.get(&*request.credential) else {
             return Err(TransportError::other(format!(
                 "unknown credential {:?}",
@@ -190,7 +187,7 @@ impl HttpExecutor {
         }
         match read {
             // The outcome's body: parsed only if something reads it.
-            Read::Whole(whole) => Ok(http::Response::from_parts(parts, whole)),
+            Read::Whole(whole) => Ok(http::Response::from_parts(parts, whole).into()),
             // Too long to hold: what was read goes first, the rest streams.
             Read::Partial(read) if may_stream => Ok(streaming(parts, read, body)),
             Read::Partial(_) => Err(TransportError::other(format!(
@@ -202,11 +199,11 @@ impl HttpExecutor {
 }
 
 /// A head returned to the engine with its body still arriving.
-fn streaming(parts: http::response::Parts, read: Bytes, rest: Incoming) -> http::Response<Bytes> {
-    let mut head = http::Response::from_parts(parts, Bytes::new());
-    head.extensions_mut().insert(UpstreamBody::new(read, rest));
-    head.extensions_mut().insert(Streaming::new());
-    head
+fn streaming(parts: http::response::Parts, read: Bytes, rest: Incoming) -> Reply {
+    Reply::streaming(
+        http::Response::from_parts(parts, ()),
+        BodyStream::new(read, rest),
+    )
 }
 
 /// How much of a body [`read_up_to`] read.
@@ -260,7 +257,7 @@ impl Executor for HttpExecutor {
     fn execute(
         &self,
         request: Request<Outbound>,
-    ) -> impl Future<Output = Result<http::Response<Bytes>, TransportError>> + Send {
+    ) -> impl Future<Output = Result<Reply, TransportError>> + Send {
         self.send(request)
     }
 }

@@ -94,7 +94,7 @@ impl sluice::Executor for Recording {
     async fn execute(
         &self,
         request: sluice::Request<serde_json::Value>,
-    ) -> Result<http::Response<bytes::Bytes>, sluice::TransportError> {
+    ) -> Result<sluice::Reply, sluice::TransportError> {
         let at = self.origin.elapsed().as_secs_f64() * 1_000.0;
         self.started
             .lock()

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::StatusCode;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -62,10 +61,7 @@ struct Noting {
 impl Executor for Noting {
     type Payload = Value;
 
-    async fn execute(
-        &self,
-        request: Request<Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<Value>) -> Result<sluice::Reply, TransportError> {
         let q = request.payload["q"].as_str().unwrap_or_default().to_owned();
         let url = format!("{}/api/{}/{q}", self.base, request.tool);
         self.starts.sent.lock().insert(q, Instant::now());
@@ -85,6 +81,7 @@ impl Executor for Noting {
         http::Response::builder()
             .status(status)
             .body(body)
+            .map(sluice::Reply::from)
             .map_err(|e| TransportError::other(e.to_string()))
     }
 }

@@ -33,16 +33,14 @@ const ESTIMATE: u64 = 10;
 impl Executor for Recorder {
     type Payload = Value;
 
-    async fn execute(
-        &self,
-        _request: Request<Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, _request: Request<Value>) -> Result<sluice::Reply, TransportError> {
         let at = self.began.elapsed().as_secs_f64() * 1000.0;
         self.starts.lock().push(at);
         http::Response::builder()
             .status(200)
             .header("x-used", USED.to_string())
             .body(Bytes::from_static(b"{}"))
+            .map(sluice::Reply::from)
             .map_err(|e| TransportError::other(e.to_string()))
     }
 }

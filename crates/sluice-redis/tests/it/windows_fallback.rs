@@ -34,15 +34,13 @@ struct Recorder {
 impl Executor for Recorder {
     type Payload = Value;
 
-    async fn execute(
-        &self,
-        request: Request<Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<Value>) -> Result<sluice::Reply, TransportError> {
         let at = self.began.elapsed().as_secs_f64() * 1000.0;
         self.starts.lock().push((at, request.tool.to_string()));
         http::Response::builder()
             .status(200)
             .body(Bytes::from_static(b"{}"))
+            .map(sluice::Reply::from)
             .map_err(|e| TransportError::other(e.to_string()))
     }
 }

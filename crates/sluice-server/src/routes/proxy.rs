@@ -15,14 +15,13 @@ use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_LENGTH, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use percent_encoding::percent_decode_str;
-use sluice::{Call, Completion, Outcome, Priority, Route, Streaming};
+use sluice::{BodyStream, Call, Completion, Outcome, Priority, Route, StreamSlot};
 use sluice_http::scrub::Streamed;
 use sluice_http::trace::{TraceParent, traced};
-use sluice_http::{HttpRequest, Outbound, Refused, UpstreamBody, client_deadline, forward};
+use sluice_http::{HttpRequest, Outbound, Refused, client_deadline, forward};
 
 use super::error::ApiError;
 use super::limit::read_body;
-use crate::relay::Relay;
 use crate::state::AppState;
 
 /// The call's deadline in milliseconds (else the configured default).
@@ -245,7 +244,8 @@ fn respond(completion: Completion, method: &Method) -> Response {
     let outcome = completion.outcome;
     let mut response = match (&outcome, completion.response) {
         (Outcome::Ok { .. } | Outcome::Error { .. }, Some(upstream)) => {
-            passthrough(upstream, method)
+            let stream = completion.stream.as_ref().and_then(StreamSlot::take);
+            passthrough(upstream, stream, method)
         }
         (Outcome::RateLimited { reason, scope, .. }, _) => {
             throttled(&outcome, reason.as_str(), scope)
@@ -264,18 +264,11 @@ fn respond(completion: Completion, method: &Method) -> Response {
 
 /// The upstream's answer: its body relayed as it arrives when it streams,
 /// else the bytes it was read into.
-fn passthrough(upstream: Arc<http::Response<Bytes>>, method: &Method) -> Response {
-    let streamed = upstream
-        .extensions()
-        .get::<UpstreamBody>()
-        .and_then(UpstreamBody::take);
-    let hold = match streamed {
-        Some(_) => upstream
-            .extensions()
-            .get::<Streaming>()
-            .and_then(Streaming::hold),
-        None => None,
-    };
+fn passthrough(
+    upstream: Arc<http::Response<Bytes>>,
+    stream: Option<BodyStream>,
+    method: &Method,
+) -> Response {
     // An answer nobody else shares is taken apart, not copied.
     let (status, mut headers, bytes) = match Arc::try_unwrap(upstream) {
         Ok(owned) => {
@@ -290,10 +283,11 @@ fn passthrough(upstream: Arc<http::Response<Bytes>>, method: &Method) -> Respons
             shared.body().clone(),
         ),
     };
-    let mut response = match streamed {
-        // Relayed unchanged: its own length, or chunks as they come.
-        Some((read, rest)) => {
-            let mut response = Response::new(Body::new(Relay::new(read, rest, hold)));
+    let mut response = match stream {
+        // Relayed unchanged: its own length, or chunks as they come; the
+        // call's permit goes back when the body ends or the client leaves.
+        Some(stream) => {
+            let mut response = Response::new(Body::new(stream));
             response.extensions_mut().insert(Streamed);
             response
         }

@@ -50,6 +50,7 @@ pub(super) fn response(
         return Ok(Completion {
             outcome,
             response: kept.then(|| Arc::new(response)),
+            stream: None,
             coalesced: false,
         });
     }
@@ -66,6 +67,7 @@ pub(super) fn response(
         return Ok(Completion {
             outcome,
             response: Some(Arc::new(response)),
+            stream: None,
             coalesced: false,
         });
     };
@@ -120,6 +122,7 @@ pub(super) fn give_up<E>(engine: &Engine<E>, failed: Failed, reason: Option<Reas
     Completion {
         outcome,
         response: failed.response,
+        stream: None,
         coalesced: false,
     }
 }

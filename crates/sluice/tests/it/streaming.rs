@@ -1,5 +1,5 @@
 //! A response whose body still streams when its head comes back
-//! ([`sluice::Streaming`]): the call's concurrency permit and in-flight
+//! ([`sluice::BodyStream`]): the call's concurrency permit and in-flight
 //! count are held until the body's reader is done, so `max_in_flight`
 //! counts streams, not heads (invariant 2 with streamed bodies).
 
@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 use sluice::{
-    Call, CredentialConfig, Executor, Gate, GateConfig, Payload, Request, Route, Streaming,
-    ToolConfig, TransportError,
+    BodyStream, Call, Completion, CredentialConfig, Executor, Gate, GateConfig, Payload, Reply,
+    Request, Route, ToolConfig, TransportError,
 };
 use tokio::time::Instant;
 
@@ -33,8 +34,9 @@ impl Payload for Same {
     }
 }
 
-/// Answers every request at once with a head marked as still streaming,
-/// and records when each request started.
+/// Answers every request at once with a head whose body is still
+/// arriving (`data: 1`, then `data: 2`), and records when each request
+/// started.
 #[derive(Clone, Default)]
 struct Streamer {
     starts: Arc<Mutex<Vec<Duration>>>,
@@ -51,22 +53,21 @@ impl Streamer {
             .collect()
     }
 
-    fn answer(&self) -> Result<http::Response<Bytes>, TransportError> {
+    fn answer(&self) -> Result<Reply, TransportError> {
         let origin = *self.origin.lock().unwrap().get_or_insert_with(Instant::now);
         self.starts.lock().unwrap().push(origin.elapsed());
-        let mut response = http::Response::new(Bytes::new());
-        response.extensions_mut().insert(Streaming::new());
-        Ok(response)
+        let rest = Full::new(Bytes::from_static(b"data: 2\n"));
+        Ok(Reply::streaming(
+            http::Response::new(()),
+            BodyStream::new(Bytes::from_static(b"data: 1\n"), rest),
+        ))
     }
 }
 
 impl Executor for Streamer {
     type Payload = Once;
 
-    async fn execute(
-        &self,
-        _request: Request<Once>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, _request: Request<Once>) -> Result<Reply, TransportError> {
         self.answer()
     }
 }
@@ -77,10 +78,7 @@ struct SameStreamer(Streamer);
 impl Executor for SameStreamer {
     type Payload = Same;
 
-    async fn execute(
-        &self,
-        _request: Request<Same>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, _request: Request<Same>) -> Result<Reply, TransportError> {
         self.0.answer()
     }
 }
@@ -107,6 +105,16 @@ fn in_flight<E: Executor>(gate: &Gate<E>) -> usize {
     gate.status()[0].in_flight
 }
 
+/// The completion's streamed body, taken by its one reader.
+fn body(completion: &Completion) -> BodyStream {
+    completion
+        .stream
+        .as_ref()
+        .expect("the completion carries the body")
+        .take()
+        .expect("nobody took the body before")
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_streaming_body_keeps_its_permit_until_its_reader_is_done() {
     let upstream = Streamer::default();
@@ -119,13 +127,11 @@ async fn a_streaming_body_keeps_its_permit_until_its_reader_is_done() {
         .complete(Call::routed("stream", route(), Once))
         .await;
     assert!(first.outcome.is_ok(), "{:?}", first.outcome);
-    let response = first.response.clone().unwrap();
-    let hold = response
-        .extensions()
-        .get::<Streaming>()
-        .unwrap()
-        .hold()
-        .expect("the gate parked the call's permit");
+    let hold = body(&first);
+    assert!(
+        first.stream.as_ref().unwrap().take().is_none(),
+        "taken once"
+    );
     assert_eq!(in_flight(&gate), 1, "the stream is still in flight");
 
     // max_in_flight = 1: the next call waits for the first body to end.
@@ -141,24 +147,16 @@ async fn a_streaming_body_keeps_its_permit_until_its_reader_is_done() {
     let second = second.await.unwrap();
     assert!(second.outcome.is_ok(), "{:?}", second.outcome);
     assert_eq!(upstream.starts_ms(), [0, 500]);
-    assert!(
-        second
-            .response
-            .unwrap()
-            .extensions()
-            .get::<Streaming>()
-            .unwrap()
-            .hold()
-            .is_some(),
-        "the second call's permit is parked in turn"
-    );
-    // The second call's hold was dropped with its response: nothing is left in flight.
+    let second_body = body(&second);
+    assert_eq!(in_flight(&gate), 1, "the second call's body holds in turn");
+    // The second call's hold goes with its body: nothing is left in flight.
+    drop(second_body);
     assert_eq!(in_flight(&gate), 0);
     assert_eq!(gate.status()[0].peak_in_flight, 1);
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_marker_nobody_takes_releases_the_permit_with_the_response() {
+async fn a_body_nobody_takes_releases_the_permit_with_the_completion() {
     let upstream = Streamer::default();
     let gate = Gate::builder(config(), upstream.clone())
         .seed(1)
@@ -192,15 +190,9 @@ async fn a_read_others_may_share_is_never_held() {
         .unwrap();
     let turn = gate.turn();
     let first = turn.complete(Call::routed("stream", route(), Same)).await;
-    let marker = first
-        .response
-        .as_ref()
-        .unwrap()
-        .extensions()
-        .get::<Streaming>()
-        .unwrap();
-    assert!(marker.hold().is_none(), "a shareable read keeps no permit");
-    assert_eq!(in_flight(&gate), 0);
+    let shared = body(&first);
+    assert_eq!(in_flight(&gate), 0, "a shareable read keeps no permit");
+    drop(shared);
     // The cached answer holds nothing either, and a fresh turn's call goes at once.
     let again = gate
         .turn()
@@ -233,15 +225,7 @@ async fn a_streaming_body_keeps_its_groups_permit_too() {
     let call = || Call::routed("stream", route(), Once).spend(spend.clone());
     let first = gate.turn().complete(call()).await;
     assert!(first.outcome.is_ok(), "{:?}", first.outcome);
-    let hold = first
-        .response
-        .clone()
-        .unwrap()
-        .extensions()
-        .get::<Streaming>()
-        .unwrap()
-        .hold()
-        .expect("the gate parked the call's permits");
+    let hold = body(&first);
     let group = || {
         gate.status()
             .into_iter()
@@ -258,4 +242,33 @@ async fn a_streaming_body_keeps_its_groups_permit_too() {
     drop(hold);
     assert!(second.await.unwrap().outcome.is_ok());
     assert_eq!(upstream.starts_ms(), [0, 500]);
+}
+
+/// A body read to its end gives the permit back then, before its reader
+/// drops it (a server may keep a finished body a while).
+#[tokio::test(start_paused = true)]
+async fn a_body_read_to_its_end_gives_the_permit_back_at_once() {
+    let upstream = Streamer::default();
+    let gate = Gate::builder(config(), upstream.clone())
+        .seed(1)
+        .build()
+        .unwrap();
+    let first = gate
+        .turn()
+        .complete(Call::routed("stream", route(), Once))
+        .await;
+    let mut stream = body(&first);
+    let mut read = Vec::new();
+    while let Some(frame) = stream.frame().await {
+        assert_eq!(in_flight(&gate), 1, "in flight until the body ends");
+        read.extend_from_slice(&frame.unwrap().into_data().unwrap());
+    }
+    assert_eq!(read, b"data: 1\ndata: 2\n");
+    assert_eq!(
+        in_flight(&gate),
+        0,
+        "given back at the end, the body still held"
+    );
+    drop(stream);
+    assert_eq!(in_flight(&gate), 0);
 }

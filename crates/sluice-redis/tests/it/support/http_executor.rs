@@ -33,10 +33,7 @@ impl HttpExecutor {
 impl Executor for HttpExecutor {
     type Payload = Value;
 
-    async fn execute(
-        &self,
-        request: Request<Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<Value>) -> Result<sluice::Reply, TransportError> {
         let q = request.payload["q"].as_str().unwrap_or_default().to_owned();
         let mut url = format!("{}/api/{}?q={}", self.base, request.tool, q);
         if let Some(tag) = &self.tag {
@@ -61,6 +58,7 @@ impl Executor for HttpExecutor {
             .map_err(|e| TransportError::other(e.to_string()))?;
         builder
             .body(body)
+            .map(sluice::Reply::from)
             .map_err(|e| TransportError::other(e.to_string()))
     }
 }

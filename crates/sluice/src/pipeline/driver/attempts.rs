@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::call::Completion;
 use crate::engine::{Engine, TurnState};
-use crate::executor::{Executor, Request, Streaming};
+use crate::executor::{Executor, Reply, Request};
 use crate::limiter::{Micros, micros};
 use crate::observe::{Event, WaitKind};
 use crate::outcome::{Outcome, Reason};
@@ -18,6 +18,7 @@ use crate::pipeline::reserve::{self, AtOnce};
 use crate::pipeline::shadow::Recorder;
 use crate::pipeline::{classify, holds, learn};
 use crate::scope::{AdmittedNow, Permit, Scope, ScopeRef};
+use crate::stream::{BodyStream, StreamSlot};
 
 /// Steps 2 to 8 for a call that is not answered by its turn, from `at`
 /// (the call's reading of the clock), with the credential's own scope it
@@ -217,7 +218,7 @@ async fn attempts<E: Executor>(
                     observe_request(engine, job, None, latency);
                     classify::transport(error, primary)
                 }
-                Some(Ok(response)) => {
+                Some(Ok(Reply { response, stream })) => {
                     observe_request(engine, job, Some(response.status().as_u16()), latency);
                     let learned =
                         learn::response(engine, job, primary, &response, sent, received, latency);
@@ -229,22 +230,23 @@ async fn attempts<E: Executor>(
                     // An answer only this call's caller reads, who takes the
                     // outcome alone, need not be kept; one whose body still
                     // streams is kept with what it holds.
-                    let kept = shared
-                        || job.keep == Keep::Response
-                        || response.extensions().get::<Streaming>().is_some();
+                    let kept = shared || job.keep == Keep::Response || stream.is_some();
                     let blame = || learned.blamed(engine, job, primary, received);
                     match classify::response(response, &learned.signal, blame, kept) {
-                        Ok(completion) => {
-                            if !shared {
-                                let group = group_scope
-                                    .as_ref()
-                                    .map(|scope| (scope, group_permit.take()));
-                                hold_while_streaming(
-                                    &completion,
-                                    primary,
-                                    admitted.take_permit(),
-                                    group,
-                                );
+                        Ok(mut completion) => {
+                            if let Some(mut stream) = stream {
+                                if !shared {
+                                    let group = group_scope
+                                        .as_ref()
+                                        .map(|scope| (scope, group_permit.take()));
+                                    hold_while_streaming(
+                                        &mut stream,
+                                        primary,
+                                        admitted.take_permit(),
+                                        group,
+                                    );
+                                }
+                                completion.stream = Some(StreamSlot::new(stream));
                             }
                             return completion;
                         }
@@ -324,27 +326,21 @@ async fn attempts<E: Executor>(
     }
 }
 
-/// A response whose body is still arriving ([`Streaming`]) keeps the
-/// call's permit and its request in flight until the body's reader is done.
+/// A body still arriving ([`BodyStream`]) keeps the call's permit and its
+/// request in flight until its reader is done with it.
 fn hold_while_streaming(
-    completion: &Completion,
+    stream: &mut BodyStream,
     primary: &ScopeRef,
     permit: Option<Permit<'_>>,
     group: Option<(&ScopeRef, Option<Permit<'_>>)>,
 ) {
-    if let Some(marker) = completion
-        .response
-        .as_ref()
-        .and_then(|response| response.extensions().get::<Streaming>())
-    {
-        let held = Scope::hold(primary, permit);
-        // The group's permit and in-flight count are held as long.
-        let held = match group {
-            Some((scope, permit)) => held.with(Scope::hold(scope, permit)),
-            None => held,
-        };
-        marker.park(held);
-    }
+    let held = Scope::hold(primary, permit);
+    // The group's permit and in-flight count are held as long.
+    let held = match group {
+        Some((scope, permit)) => held.with(Scope::hold(scope, permit)),
+        None => held,
+    };
+    stream.hold(held);
 }
 
 fn observe_request<E, P>(

@@ -36,10 +36,7 @@ impl FakeExecutor {
 impl Executor for FakeExecutor {
     type Payload = Value;
 
-    async fn execute(
-        &self,
-        request: Request<Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<Value>) -> Result<sluice::Reply, TransportError> {
         let q = request.payload["q"].as_str().unwrap_or_default();
         let uri = format!("/api/{}?q={q}", request.tool);
         let http_request = http::Request::get(uri)
@@ -47,6 +44,6 @@ impl Executor for FakeExecutor {
             .body(Bytes::new())
             .map_err(|e| TransportError::connect(e.to_string()))?;
         let api = self.api();
-        Ok(api.handle(http_request).await)
+        Ok(api.handle(http_request).await.into())
     }
 }

@@ -1,6 +1,5 @@
 //! A minimal HTTP executor for end-to-end tests against the fake API over loopback.
 
-use bytes::Bytes;
 use serde_json::Value;
 use sluice::{Executor, Request, TransportError};
 
@@ -25,10 +24,7 @@ impl HttpExecutor {
 impl Executor for HttpExecutor {
     type Payload = Value;
 
-    async fn execute(
-        &self,
-        request: Request<Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<Value>) -> Result<sluice::Reply, TransportError> {
         let q = request.payload["q"].as_str().unwrap_or_default().to_owned();
         let url = format!("{}/api/{}?q={}", self.base, request.tool, q);
         let response = self
@@ -49,6 +45,7 @@ impl Executor for HttpExecutor {
             .map_err(|e| TransportError::other(e.to_string()))?;
         builder
             .body(body)
+            .map(sluice::Reply::from)
             .map_err(|e| TransportError::other(e.to_string()))
     }
 }

@@ -144,10 +144,7 @@ pub struct SimExecutor(pub Arc<Sim>);
 impl Executor for SimExecutor {
     type Payload = Value;
 
-    async fn execute(
-        &self,
-        request: Request<Value>,
-    ) -> Result<http::Response<Bytes>, TransportError> {
+    async fn execute(&self, request: Request<Value>) -> Result<sluice::Reply, TransportError> {
         let sim = &self.0;
         let now_in_flight = sim.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         sim.peak.fetch_max(now_in_flight, Ordering::SeqCst);
@@ -173,7 +170,7 @@ impl Executor for SimExecutor {
         for (name, value) in &reply.headers {
             builder = builder.header(*name, value);
         }
-        Ok(builder.body(Bytes::from(reply.body)).unwrap())
+        Ok(builder.body(Bytes::from(reply.body)).unwrap().into())
     }
 }
 
