@@ -1,7 +1,6 @@
 //! Steps 2 to 8 of one call, attempt by attempt: admission, reservation,
 //! the send, what the answer teaches, and the retry.
 
-use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -23,22 +22,16 @@ use crate::stream::{BodyStream, StreamSlot};
 /// Steps 2 to 8 for a call that is not answered by its turn, from `at`
 /// (the call's reading of the clock), with the credential's own scope it
 /// spent from.
-///
-/// Not an `async fn`, which would keep a copy of its arguments beside the
-/// ones its future holds.
-#[allow(clippy::manual_async_fn)] // its doc says why
-pub(super) fn execute<'e, E: Executor>(
-    engine: &'e Engine<E>,
-    turn: &'e TurnState,
-    job: &'e Job<'_, E::Payload>,
+pub(super) async fn execute<E: Executor>(
+    engine: &Engine<E>,
+    turn: &TurnState,
+    job: &Job<'_, E::Payload>,
     shared: bool,
     (at, now): (Instant, Micros),
-) -> impl Future<Output = (Completion, ScopeRef)> {
-    async move {
-        let primary = engine.primary(job.credential, now);
-        let completion = attempts(engine, turn, job, shared, &primary, (at, now)).await;
-        (completion, primary)
-    }
+) -> (Completion, ScopeRef) {
+    let primary = engine.primary(job.credential, now);
+    let completion = attempts(engine, turn, job, shared, &primary, (at, now)).await;
+    (completion, primary)
 }
 
 /// [`execute`]'s steps, on the credential's own scope `primary`.

@@ -1,8 +1,6 @@
 //! How a call enters: its route, its turn's answer or flight, and the box
 //! its steps run in.
 
-use std::future::Future;
-
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -115,79 +113,69 @@ pub(super) fn begin<'a, E: Executor>(
 
 /// Steps 1 to 9 for a read [`begin`] did not complete: it leads its
 /// flight, or joins the one under way.
-///
-/// This and [`send`] are not `async fn`s, which would keep a copy of the
-/// call's job beside the one the future holds.
-#[allow(clippy::manual_async_fn)] // its doc says why
-pub(super) fn read<'c, E: Executor>(
-    engine: &'c Engine<E>,
-    turn: &'c TurnState,
-    begun: Begun<'c, E::Payload>,
+pub(super) async fn read<E: Executor>(
+    engine: &Engine<E>,
+    turn: &TurnState,
+    begun: Begun<'_, E::Payload>,
     key: String,
-) -> impl Future<Output = Completion> {
-    async move {
-        let job = &begun.job;
-        let (started, now) = (begun.started, begun.now);
-        let work = std::pin::pin!(async {
-            let run = move |(at, now)| async move {
-                let (completion, scope) = execute(engine, turn, job, true, (at, now)).await;
-                (completion, Some(scope))
-            };
-            let key = (job.name.clone(), key);
-            let flight =
-                std::pin::pin!(
-                    turn.flights
-                        .run(key, (started, now), || engine.clock(), run)
-                );
-            // A joined call keeps its own deadline.
-            match job.deadline.bound(flight).await {
-                Some(answer) => answer,
-                None => (Outcome::timed_out(job.deadline.len(), true).into(), None),
-            }
-        });
-        // The credential's own scope comes back with the answer: the
-        // outcome is counted on it without a second look-up.
-        let (completion, primary) = work.instrument(span(job)).await;
-        finish(
-            engine,
-            job.call,
-            Some(job.credential),
-            primary,
-            completion,
-            started,
-        )
-    }
+) -> Completion {
+    let job = &begun.job;
+    let (started, now) = (begun.started, begun.now);
+    let work = std::pin::pin!(async {
+        let run = move |(at, now)| async move {
+            let (completion, scope) = execute(engine, turn, job, true, (at, now)).await;
+            (completion, Some(scope))
+        };
+        let key = (job.name.clone(), key);
+        let flight = std::pin::pin!(
+            turn.flights
+                .run(key, (started, now), || engine.clock(), run)
+        );
+        // A joined call keeps its own deadline.
+        match job.deadline.bound(flight).await {
+            Some(answer) => answer,
+            None => (Outcome::timed_out(job.deadline.len(), true).into(), None),
+        }
+    });
+    // The credential's own scope comes back with the answer: the
+    // outcome is counted on it without a second look-up.
+    let (completion, primary) = work.instrument(span(job)).await;
+    finish(
+        engine,
+        job.call,
+        Some(job.credential),
+        primary,
+        completion,
+        started,
+    )
 }
 
 /// Steps 2 to 9 for a call that is not a read: nothing joins it, so it
 /// may keep its permit while its body streams.
-#[allow(clippy::manual_async_fn)] // its doc says why
-pub(super) fn send<'c, E: Executor>(
-    engine: &'c Engine<E>,
-    turn: &'c TurnState,
-    begun: Begun<'c, E::Payload>,
-) -> impl Future<Output = Completion> {
-    async move {
-        let job = &begun.job;
-        // Pinned where it is made: moved into the span's wrapper, the steps'
-        // future was copied whole, a few kilobytes for the sidecar's.
-        let steps = std::pin::pin!(execute(
-            engine,
-            turn,
-            job,
-            false,
-            (begun.started, begun.now)
-        ));
-        let (completion, primary) = steps.instrument(span(job)).await;
-        finish(
-            engine,
-            job.call,
-            Some(job.credential),
-            Some(primary),
-            completion,
-            begun.started,
-        )
-    }
+pub(super) async fn send<E: Executor>(
+    engine: &Engine<E>,
+    turn: &TurnState,
+    begun: Begun<'_, E::Payload>,
+) -> Completion {
+    let job = &begun.job;
+    // Pinned where it is made: moved into the span's wrapper, the steps'
+    // future was copied whole, a few kilobytes for the sidecar's.
+    let steps = std::pin::pin!(execute(
+        engine,
+        turn,
+        job,
+        false,
+        (begun.started, begun.now)
+    ));
+    let (completion, primary) = steps.instrument(span(job)).await;
+    finish(
+        engine,
+        job.call,
+        Some(job.credential),
+        Some(primary),
+        completion,
+        begun.started,
+    )
 }
 
 /// The bytes of the box `call`'s steps would run in, without running

@@ -7,10 +7,6 @@ mod attempts;
 mod enter;
 mod finish;
 
-use std::future::Future;
-
-use futures_util::future::Either;
-
 use self::enter::{begin, read, send};
 use crate::call::{Call, Completion};
 use crate::engine::{Engine, TurnState};
@@ -20,46 +16,21 @@ use crate::pipeline::job::Keep;
 /// Runs one call of `turn` to its outcome: never fails, never outlives the deadline.
 ///
 /// What needs no await (a call refused before it starts, a read its turn
-/// has answered) completes here; the rest runs in a box of its own. Every
-/// caller moves the future it awaits, a copy of every byte: the steps'
-/// future is a kilobyte or more (with the executor's own inside it), this
-/// one holds the call and a pointer.
-///
-/// Not an `async fn`, which would keep a second copy of the call.
-#[allow(clippy::manual_async_fn)] // its doc says why
-pub(crate) fn complete<'c, E: Executor>(
-    engine: &'c Engine<E>,
-    turn: &'c TurnState,
+/// has answered) completes here; the rest runs in a box of its own, so
+/// that a caller's future holds a pointer, not the steps' kilobyte.
+pub(crate) async fn complete<E: Executor>(
+    engine: &Engine<E>,
+    turn: &TurnState,
     call: Call<E::Payload>,
     keep: Keep,
-) -> impl Future<Output = Completion> + use<'c, E> {
-    async move {
-        // Each box is allocated before its future is made, so the future
-        // is made in place: `Box::pin` of a future copies it from the
-        // stack, every byte. A read's box holds its flight; any other
-        // call's holds only its steps, which keeps it in the allocator's
-        // small sizes. Made in a block, so that nothing it binds is kept
-        // across the await.
-        let steps = {
-            let (begun, key) = match begin(engine, turn, &call, keep) {
-                Ok(begun) => begun,
-                Err(completion) => return completion,
-            };
-            match key {
-                Some(key) => {
-                    let slot = Box::new_uninit();
-                    Either::Left(Box::into_pin(Box::write(
-                        slot,
-                        read(engine, turn, begun, key),
-                    )))
-                }
-                None => {
-                    let slot = Box::new_uninit();
-                    Either::Right(Box::into_pin(Box::write(slot, send(engine, turn, begun))))
-                }
-            }
-        };
-        steps.await
+) -> Completion {
+    let (begun, key) = match begin(engine, turn, &call, keep) {
+        Ok(begun) => begun,
+        Err(completion) => return completion,
+    };
+    match key {
+        Some(key) => Box::pin(read(engine, turn, begun, key)).await,
+        None => Box::pin(send(engine, turn, begun)).await,
     }
 }
 
