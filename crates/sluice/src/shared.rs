@@ -180,6 +180,16 @@ pub trait SharedBudget: Send + Sync + 'static {
         Box::pin(std::future::ready(()))
     }
 
+    /// How long an answer takes at most while the backend is well (its
+    /// command timeout), `None` for no bound. The calls of a credential
+    /// whose asks go in the order they were planned wait no longer than
+    /// this for the ask before theirs: past it, the backend is slow or
+    /// away, and each call asks (or falls back) on its own rather than
+    /// queue behind one timeout after another.
+    fn answer_within(&self) -> Option<Duration> {
+        None
+    }
+
     /// [`SharedBudget::reserve`] for a caller that holds `held` already and
     /// asks for an earlier start (issue 50): a backend may leave `held`'s
     /// own charges out of the room it looks at, so that they are not what

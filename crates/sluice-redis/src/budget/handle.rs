@@ -251,4 +251,8 @@ impl SharedBudget for RedisBudget {
     ) -> BoxFuture<'a, Decision> {
         Box::pin(self.move_earlier(request, held))
     }
+
+    fn answer_within(&self) -> Option<Duration> {
+        Some(self.inner.config.timeout)
+    }
 }

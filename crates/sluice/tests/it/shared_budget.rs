@@ -479,3 +479,98 @@ async fn a_burst_on_a_shared_bucket_asks_in_the_order_it_was_planned() {
     assert!(starts[1] - starts[0] <= 5.0, "two at once: {starts:?}");
     assert!(starts[4] <= 1_100.0, "the fifth within 1.1 s: {starts:?}");
 }
+
+/// A shared budget whose first answer takes 2 s (a backend stalled with
+/// the first ask in hand), then answers at once; it says a well answer
+/// comes within 100 ms, and records when each ask reached it.
+struct Stalled {
+    inner: InMemoryBudget,
+    asks: std::sync::Mutex<Vec<tokio::time::Instant>>,
+}
+
+impl sluice::shared::SharedBudget for Stalled {
+    fn reserve<'a>(
+        &'a self,
+        request: sluice::shared::ReserveRequest<'a>,
+    ) -> sluice::shared::BoxFuture<'a, sluice::shared::Decision> {
+        let first = {
+            let mut asks = self.asks.lock().unwrap();
+            asks.push(tokio::time::Instant::now());
+            asks.len() == 1
+        };
+        Box::pin(async move {
+            if first {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            self.inner.reserve(request).await
+        })
+    }
+
+    fn refund(&self, credential: &str, grant: sluice::shared::Grant) {
+        self.inner.refund(credential, grant);
+    }
+
+    fn block(&self, credential: &str, scope: &str, wait: Duration, hold: sluice::shared::Hold) {
+        self.inner.block(credential, scope, wait, hold);
+    }
+
+    fn answer_within(&self) -> Option<Duration> {
+        Some(Duration::from_millis(100))
+    }
+}
+
+/// Asks in order wait for the ask before theirs no longer than the budget
+/// answers when well: behind a stalled ask, each call asks on its own
+/// within 100 ms instead of queueing behind the stall (and, with a backend
+/// timing out, behind one timeout after another).
+#[tokio::test(start_paused = true)]
+async fn an_ordered_ask_does_not_queue_behind_a_stalled_one() {
+    let sim = Sim::always_ok(20);
+    let mut tokens = UnitConfig::with_rate("100/1s".parse().unwrap());
+    tokens.burst = Some(100);
+    let credential = CredentialConfig::with_rate("50/1s".parse().unwrap())
+        .shared(true)
+        .max_in_flight(20)
+        .unit("tokens", tokens);
+    let config = config_with(
+        credential,
+        Defaults {
+            inline_wait: Duration::from_secs(5),
+            ..Defaults::default()
+        },
+    )
+    .tool(
+        "chat",
+        ToolConfig::read("key").cost("tokens", Cost::Argument("max_tokens".into())),
+    );
+    let budget = Arc::new(Stalled {
+        inner: InMemoryBudget::new(),
+        asks: std::sync::Mutex::new(Vec::new()),
+    });
+    let gate = Gate::builder(config, SimExecutor(sim.clone()))
+        .shared(budget.clone())
+        .build()
+        .unwrap();
+    let began = tokio::time::Instant::now();
+    let calls = (0..3).map(|n| Call::new("chat", json!({ "n": n, "max_tokens": 10 })));
+    let outcomes = gate.turn().run(calls).await;
+    assert_eq!(outcomes.len(), 3);
+    let asks: Vec<u128> = budget
+        .asks
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|at| at.duration_since(began).as_millis())
+        .collect();
+    assert_eq!(asks.len(), 3, "{asks:?}");
+    assert_eq!(asks[0], 0, "{asks:?}");
+    // The second waits its 100 ms for the stalled first; the third asked
+    // 100 ms after it queued, behind the second.
+    assert!(asks[1] <= 101 && asks[2] <= 202, "asked at {asks:?} ms");
+    // The two after the stall started at once, not after it.
+    let starts = sim.starts_ms();
+    assert!(
+        starts.iter().filter(|&&at| at < 1_000.0).count() >= 2,
+        "{starts:?}"
+    );
+}

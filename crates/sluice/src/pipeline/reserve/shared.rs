@@ -30,15 +30,21 @@ pub(super) async fn with_shared<'a, E, P>(
     latest: Micros,
 ) -> Result<(Local, Micros, SharedGrant<'a>), Outcome> {
     // Waits its turn behind the calls planned before it (a bucket's
-    // credential only), within its deadline.
+    // credential only), within its deadline, and no longer than the
+    // budget answers when it is well: an ask slower than that means the
+    // backend is slow or away, and the call asks on its own.
     let _in_order = match &job.credential.asks_in_order {
         Some(order) => {
             let remaining = Duration::from_micros(job.remaining(engine.now()));
-            let Ok(held) = tokio::time::timeout(remaining, order.lock()).await else {
-                drop(local);
-                return Err(Outcome::timed_out(job.deadline.len(), false));
-            };
-            Some(held)
+            let patience = budget.answer_within().unwrap_or(remaining);
+            match tokio::time::timeout(patience.min(remaining), order.lock()).await {
+                Ok(held) => Some(held),
+                Err(_) if patience < remaining => None,
+                Err(_) => {
+                    drop(local);
+                    return Err(Outcome::timed_out(job.deadline.len(), false));
+                }
+            }
         }
         None => None,
     };
