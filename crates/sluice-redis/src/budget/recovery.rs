@@ -15,19 +15,23 @@ use crate::fallback;
 impl RedisBudget {
     /// Back from a spell of local decisions, asks once Redis may be asked
     /// whether it kept its state: the name this process beat under before
-    /// the spell is still in the credential's heartbeat set. If so the
+    /// the spell is still in the credential's heartbeat set. If so, and
+    /// every other process has reached Redis since the spell began, the
     /// spell ends once the worker has written the local starts back, and
     /// Redis alone decides again: its logs hold the shared starts and the
-    /// local ones (`crate::beat`). Until then, or if not, the spell binds.
-    /// The call that asks waits for the answer (at most the command
-    /// timeout, and while Redis does not answer, one call a second).
+    /// local ones (`crate::beat`). Until then, or if not, the spell binds;
+    /// while others are away their count is asked again. The name is
+    /// looked for only once this process's own local starts are written,
+    /// so that the others see it away until Redis holds them. The call
+    /// that asks waits for the answer (at most the command timeout, and
+    /// while Redis does not answer, one call a second).
     pub(super) async fn confirm_spell(&self, cred: &Cred) {
         // Set (under the lock) when a spell begins: until then a call in
         // shared mode pays one load here.
         if !cred.spell.load(Ordering::Relaxed) {
             return;
         }
-        let name = {
+        let check = {
             let mut state = cred.state.lock();
             if !state.fallback.spell.active() {
                 state.beat.settled();
@@ -38,33 +42,49 @@ impl RedisBudget {
                 end_once_written(cred, &mut state);
                 return;
             }
-            if !state.beat.owes(Instant::now()) {
+            let now = Instant::now();
+            if !state.beat.owes(now) {
                 return;
             }
             let stale_probe = self.inner.config.timeout * 2;
-            match self.inner.runner.permit(Instant::now(), stale_probe) {
+            match self.inner.runner.permit(now, stale_probe) {
                 Permit::Ask | Permit::Probe => {}
                 Permit::AwaitProbe(_) | Permit::Refuse => return,
             }
-            match state.beat.ask(self.inner.leases.process()) {
-                Some(name) => name,
+            match state
+                .beat
+                .ask(self.inner.leases.process(), now, cred.unwritten.none())
+            {
+                Some(check) => check,
                 None => return,
             }
         };
         // A call dropped while it asks leaves the check owed, not out.
         let mut out = CheckOut(Some(cred));
-        let kept = self
+        let answer = self
             .inner
             .runner
             .run(|store, mut conn| {
-                let name = &name;
-                async move { store.beat_kept(&mut conn, &cred.name, name).await }
+                let check = &check;
+                async move {
+                    let found = match &check.old {
+                        Some(old) => Some(store.beat_kept(&mut conn, &cred.name, old).await?),
+                        None => None,
+                    };
+                    let quiet = store
+                        .quiet_beats(&mut conn, &cred.name, check.quiet)
+                        .await?;
+                    Ok((found, quiet))
+                }
             })
             .await
             .ok();
         out.0 = None;
         let mut state = cred.state.lock();
-        if state.beat.answered(kept, Instant::now()) {
+        let kept = state.beat.answered(answer, Instant::now());
+        let away = state.beat.others_away();
+        state.fallback.spell.others_away(away);
+        if kept {
             end_once_written(cred, &mut state);
         }
     }

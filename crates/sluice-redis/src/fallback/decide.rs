@@ -56,7 +56,7 @@ pub(crate) fn decide(
         state.pool.drain_all();
         let processes = state.processes;
         // Asked once Redis answers: did it keep what it held till now?
-        state.beat.fall_back();
+        state.beat.fall_back(now);
         cred.spell.store(true, Ordering::Relaxed);
         state.fallback.spell.begin(processes);
         state.fallback.take_over(share);

@@ -25,6 +25,10 @@ pub(crate) struct Spell {
     /// Redis counted fewer processes than the spell began with, and then
     /// (at this instant plus a window) all of them again.
     missing: Option<Option<Instant>>,
+    /// Another process had not reached Redis since the spell began, at
+    /// the last look (`crate::beat`): Redis's logs may not hold its local
+    /// starts.
+    others_away: bool,
 }
 
 impl Spell {
@@ -56,6 +60,12 @@ impl Spell {
         self.window = self.window.max(window);
     }
 
+    /// Whether another process had not reached Redis since the spell
+    /// began, at the last look: while one had not, the spell binds.
+    pub(crate) fn others_away(&mut self, away: bool) {
+        self.others_away = away;
+    }
+
     /// A local start was granted at `share`.
     pub(crate) fn spent_at(&mut self, share: f64) {
         self.share = Some(share);
@@ -84,7 +94,9 @@ impl Spell {
         }
     }
 
-    /// True while the spell binds a process back in shared mode: within
+    /// True while the spell binds a process back in shared mode: while
+    /// another process has not reached Redis since the spell began (its
+    /// local starts are not in Redis's logs); within
     /// a window of its last local start; while Redis counts fewer
     /// processes than the spell began with (`processes` now: the missing
     /// ones may still decide locally, and Redis knows none of their
@@ -96,6 +108,9 @@ impl Spell {
         let Some(until) = self.until else {
             return false;
         };
+        if self.others_away {
+            return true;
+        }
         // 0: not known (still in fallback, the count is from before).
         if processes > 0 {
             self.counted(processes, now);

@@ -28,6 +28,7 @@ pub struct Store {
     refund: Script,
     record: Script,
     void: Script,
+    quiet: Script,
     secrets: Vec<String>,
     timeout: std::time::Duration,
 }
@@ -46,6 +47,7 @@ impl Store {
             refund: lua::script(include_str!("../lua/refund.lua")),
             record: lua::script(include_str!("../lua/record.lua")),
             void: lua::script(include_str!("../lua/void.lua")),
+            quiet: lua::script(include_str!("../lua/quiet.lua")),
             secrets: Vec::new(),
             timeout: std::time::Duration::ZERO,
         }
@@ -206,6 +208,27 @@ impl Store {
             tracing::debug!(error = %self.error(&error), "could not remove an old heartbeat name");
         }
         Ok(true)
+    }
+
+    /// How many names in `credential`'s heartbeat set have not beaten for
+    /// `quiet` (by the server's clock): processes that have not reached
+    /// Redis for that long (see `lua/quiet.lua`).
+    pub async fn quiet_beats<C>(
+        &self,
+        conn: &mut C,
+        credential: &str,
+        quiet: std::time::Duration,
+    ) -> Result<u64, Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        self.quiet
+            .key(self.keys(credential).processes())
+            .arg("")
+            .arg(micros(quiet))
+            .invoke_async(conn)
+            .await
+            .map_err(|e| self.error(&e))
     }
 
     /// Gives slots back: one script call per scope and generation. Returns

@@ -644,8 +644,10 @@ async fn started_on(
 
 /// A process that spent most of a window when Redis paused for half a
 /// second: decided locally (and over its share) while Redis does not
-/// answer, and once it does, Redis kept its log, so the process starts
-/// what Redis has room for, not only its share.
+/// answer. Once it does, Redis kept its log, but the other processes have
+/// not reached it since the pause (they may be deciding locally, their
+/// starts not in the log): the process holds to its share. Once they have,
+/// it starts what Redis has room for, not only its share.
 async fn busy_across_a_pause(windows: &[SharedWindow], key: &str) {
     let redis = RedisServer::start();
     let limit = window("30/10s");
@@ -666,6 +668,17 @@ async fn busy_across_a_pause(windows: &[SharedWindow], key: &str) {
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let _ = a.reserve(request("probe", window("1000/1s"))).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        started_on(&a, "busy", limit, windows, 3).await,
+        0,
+        "the others are away: {:?}",
+        a.status()
+    );
+    for process in [&b, &c] {
+        assert_eq!(started_on(process, "busy", limit, windows, 1).await, 1);
+    }
+    // The others are counted again a moment later.
+    tokio::time::sleep(Duration::from_millis(250)).await;
     let logged = live_entries(&redis, "busy", key);
     let fallback = a.status().credentials[0].decisions.fallback;
     assert_eq!(
@@ -743,7 +756,11 @@ async fn local_starts_first(windows: &[SharedWindow]) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let status = a.status();
-    assert_eq!(status.credentials[0].mode, sluice_redis::Mode::Shared);
+    assert_eq!(
+        status.credentials[0].mode,
+        sluice_redis::Mode::Shared,
+        "{status:?}"
+    );
     // One shared start before the pause, five local ones: at most six
     // more in this window of ten seconds, locally or in Redis.
     assert!(

@@ -144,15 +144,26 @@ pub fn gate_naming_modes(
     budget: Arc<RedisBudget>,
     max_in_flight: u32,
     seed: u64,
+    sent: Option<Sent>,
 ) -> Gate<HttpExecutor> {
     let shared = budget.clone();
-    let tag: Tag = Arc::new(move || match key_mode(&shared) {
-        sluice_redis::Mode::Fallback => "fallback",
-        sluice_redis::Mode::Shared => "shared",
+    let origin = server.api().origin();
+    let tag: Tag = Arc::new(move || {
+        if let Some(sent) = &sent {
+            sent.lock().push(origin.elapsed().as_secs_f64() * 1e3);
+        }
+        match key_mode(&shared) {
+            sluice_redis::Mode::Fallback => "fallback",
+            sluice_redis::Mode::Shared => "shared",
+        }
     });
     let (executor, budget) = (executor(server, Some(tag)), Some(budget));
     build(executor, rate, None, budget, max_in_flight, seed, margin())
 }
+
+/// The engine's own start times (ms on the fake's clock), as each request
+/// reaches the executor of a gate built by [`gate_naming_modes`].
+pub type Sent = Arc<parking_lot::Mutex<Vec<f64>>>;
 
 /// Requests to `server` with the shared key, tagged when given.
 fn executor(server: &FakeServer, tag: Option<Tag>) -> HttpExecutor {
