@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde_json::json;
 use sluice::shared::InMemoryBudget;
 use sluice::{
-    Call, Cost, CredentialConfig, Defaults, Gate, Outcome, Priority, Reason, ToolConfig, UnitConfig,
+    Call, Cost, CredentialConfig, Defaults, Gate, GateConfig, Outcome, Priority, Reason,
+    ToolConfig, UnitConfig,
 };
 use support::*;
 
@@ -435,6 +436,25 @@ impl sluice::shared::SharedBudget for Overtaken {
     }
 }
 
+/// A shared credential of 50 requests a second whose tool `chat` spends
+/// `max_tokens` from a bucket of 100 tokens refilling 100 a second.
+fn shared_bucket(inline_wait: Duration) -> GateConfig {
+    let mut tokens = UnitConfig::with_rate("100/1s".parse().unwrap());
+    tokens.burst = Some(100);
+    let credential = CredentialConfig::with_rate("50/1s".parse().unwrap())
+        .shared(true)
+        .max_in_flight(20)
+        .unit("tokens", tokens);
+    let defaults = Defaults {
+        inline_wait,
+        ..Defaults::default()
+    };
+    config_with(credential, defaults).tool(
+        "chat",
+        ToolConfig::read("key").cost("tokens", Cost::Argument("max_tokens".into())),
+    )
+}
+
 /// Five calls of 40 tokens at once on a shared bucket of 100 tokens
 /// refilling 100 a second: two start at once, then one every 0.4 s as the
 /// bucket refills, as on a local bucket. A bucket keeps one time, so a
@@ -445,23 +465,7 @@ impl sluice::shared::SharedBudget for Overtaken {
 #[tokio::test(start_paused = true)]
 async fn a_burst_on_a_shared_bucket_asks_in_the_order_it_was_planned() {
     let sim = Sim::always_ok(20);
-    let mut tokens = UnitConfig::with_rate("100/1s".parse().unwrap());
-    tokens.burst = Some(100);
-    let credential = CredentialConfig::with_rate("50/1s".parse().unwrap())
-        .shared(true)
-        .max_in_flight(20)
-        .unit("tokens", tokens);
-    let config = config_with(
-        credential,
-        Defaults {
-            inline_wait: Duration::from_secs(2),
-            ..Defaults::default()
-        },
-    )
-    .tool(
-        "chat",
-        ToolConfig::read("key").cost("tokens", Cost::Argument("max_tokens".into())),
-    );
+    let config = shared_bucket(Duration::from_secs(2));
     let budget = Arc::new(Overtaken {
         inner: InMemoryBudget::new(),
         asked: std::sync::atomic::AtomicU64::new(0),
@@ -526,23 +530,7 @@ impl sluice::shared::SharedBudget for Stalled {
 #[tokio::test(start_paused = true)]
 async fn an_ordered_ask_does_not_queue_behind_a_stalled_one() {
     let sim = Sim::always_ok(20);
-    let mut tokens = UnitConfig::with_rate("100/1s".parse().unwrap());
-    tokens.burst = Some(100);
-    let credential = CredentialConfig::with_rate("50/1s".parse().unwrap())
-        .shared(true)
-        .max_in_flight(20)
-        .unit("tokens", tokens);
-    let config = config_with(
-        credential,
-        Defaults {
-            inline_wait: Duration::from_secs(5),
-            ..Defaults::default()
-        },
-    )
-    .tool(
-        "chat",
-        ToolConfig::read("key").cost("tokens", Cost::Argument("max_tokens".into())),
-    );
+    let config = shared_bucket(Duration::from_secs(5));
     let budget = Arc::new(Stalled {
         inner: InMemoryBudget::new(),
         asks: std::sync::Mutex::new(Vec::new()),
