@@ -54,7 +54,7 @@ struct Target {
 /// reader (a 2xx) streams: at once when it is a stream by its type (an
 /// event stream, NDJSON) or declares a length past 1 MiB, else once it
 /// grows past 1 MiB (a shorter one is read whole, so that one cut short
-/// is retried or answered 502 and its length stays exact). The head goes
+/// is retried or answered 502 and its length stays exact). The head
 /// goes back to the engine with the body as a [`BodyStream`], so the call
 /// keeps its concurrency permit until the body has been delivered.
 #[derive(Debug, Clone)]

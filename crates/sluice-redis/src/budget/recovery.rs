@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::handle::RedisBudget;
 use crate::breaker::Permit;
 use crate::credential::{Cred, CredState, Mode};
-use crate::fallback;
+use crate::fallback::{self, Others};
 
 impl RedisBudget {
     /// Back from a spell of local decisions, asks once Redis may be asked
@@ -81,10 +81,7 @@ impl RedisBudget {
             .ok();
         out.0 = None;
         let mut state = cred.state.lock();
-        let kept = state.beat.answered(answer, Instant::now());
-        let away = state.beat.others_away();
-        state.fallback.spell.others_away(away);
-        if kept {
+        if state.beat.answered(answer, Instant::now()) {
             end_once_written(cred, &mut state);
         }
     }
@@ -114,16 +111,18 @@ impl Drop for CheckOut<'_> {
     }
 }
 
-/// The processes Redis counts now, for [`fallback::Fallback::hold_recovering`],
-/// and how long a missing one is waited for: none known while the
-/// credential is still in fallback (the count is from before the outage;
-/// the call about to ask Redis brings the new one).
-pub(super) fn counted(state: &CredState, heartbeat: Duration) -> (u32, Duration) {
+/// What Redis last said of the other processes, for
+/// [`fallback::Fallback::hold_recovering`]: the processes it counts now
+/// (none known while the credential is still in fallback: the count is
+/// from before the outage, and the call about to ask Redis brings the new
+/// one), how long a missing one is waited for, and whether one had not
+/// reached Redis since this process's spell began (`crate::beat`).
+pub(super) fn counted(state: &CredState, heartbeat: Duration) -> Others {
     let processes = match state.mode.0 {
         Mode::Fallback => 0,
         Mode::Shared => state.processes,
     };
-    (processes, heartbeat)
+    (processes, heartbeat, state.beat.others_away())
 }
 
 /// A start held in the fallback's cells (one in each window of the call)

@@ -18,7 +18,7 @@ use sluice::shared::{SharedLimit, SharedWindow};
 use tokio::time::Instant;
 
 use super::share::share_of;
-use super::spell::Spell;
+use super::spell::{Others, Spell};
 use crate::keys::part;
 
 /// How long a fallback grant can still be refunded or settled.
@@ -308,7 +308,7 @@ impl Fallback {
         windows: &[SharedWindow],
         share: f64,
         (now, not_before, latest): (Instant, Instant, Instant),
-        counted: (u32, Duration),
+        counted: Others,
     ) -> Option<Result<(Instant, HeldSpend), NotBefore>> {
         if !self.spell.binds(now, counted) {
             return None;

@@ -17,3 +17,4 @@ mod spell;
 pub(crate) use cells::{Fallback, HeldSpend};
 pub(crate) use decide::{decide, scope_index, windows};
 pub(crate) use share::{share, share_of};
+pub(crate) use spell::Others;

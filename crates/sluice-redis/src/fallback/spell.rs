@@ -25,11 +25,13 @@ pub(crate) struct Spell {
     /// Redis counted fewer processes than the spell began with, and then
     /// (at this instant plus a window) all of them again.
     missing: Option<Option<Instant>>,
-    /// Another process had not reached Redis since the spell began, at
-    /// the last look (`crate::beat`): Redis's logs may not hold its local
-    /// starts.
-    others_away: bool,
 }
+
+/// What Redis last said of the other processes, for [`Spell::binds`]: how
+/// many it counts (0: not known), how long a missing one is waited for,
+/// and whether one had not reached Redis since the spell began, at the
+/// last look (`crate::beat`: Redis's logs may not hold its local starts).
+pub(crate) type Others = (u32, Duration, bool);
 
 impl Spell {
     /// A spell begins (or goes on) while Redis counted `processes`, this
@@ -58,12 +60,6 @@ impl Spell {
         let until = at + window;
         self.until = Some(self.until.map_or(until, |u| u.max(until)));
         self.window = self.window.max(window);
-    }
-
-    /// Whether another process had not reached Redis since the spell
-    /// began, at the last look: while one had not, the spell binds.
-    pub(crate) fn others_away(&mut self, away: bool) {
-        self.others_away = away;
     }
 
     /// A local start was granted at `share`.
@@ -104,11 +100,11 @@ impl Spell {
     /// were missing, for a window after Redis counts them all again (their
     /// last local starts reach Redis's log only as they come back). Once it
     /// binds no more the spell is forgotten.
-    pub(crate) fn binds(&mut self, now: Instant, (processes, missing): (u32, Duration)) -> bool {
+    pub(crate) fn binds(&mut self, now: Instant, (processes, missing, away): Others) -> bool {
         let Some(until) = self.until else {
             return false;
         };
-        if self.others_away {
+        if away {
             return true;
         }
         // 0: not known (still in fallback, the count is from before).
@@ -141,31 +137,31 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
         let mut spell = Spell::default();
-        assert!(!spell.binds(t0, (1, 5 * s)));
+        assert!(!spell.binds(t0, (1, 5 * s, false)));
         spell.begin(3);
         spell.hold(t0, s);
         spell.spent_at(1.0 / 3.0);
         assert_eq!(spell.share_in_force(1.0), 1.0 / 3.0);
         // Within the window, whatever Redis counts.
-        assert!(spell.binds(t0, (3, 5 * s)));
+        assert!(spell.binds(t0, (3, 5 * s, false)));
         // Past it, while Redis counts one of three, up to `missing` more.
-        assert!(spell.binds(t0 + 5 * s, (1, 5 * s)));
-        assert!(!spell.binds(t0 + 6 * s, (1, 5 * s)));
+        assert!(spell.binds(t0 + 5 * s, (1, 5 * s, false)));
+        assert!(!spell.binds(t0 + 6 * s, (1, 5 * s, false)));
         // Forgotten: the share is the current one again.
         assert_eq!(spell.share_in_force(1.0), 1.0);
         // Once all are counted again, a window more: the last local starts
         // of those just back reach Redis as they come back.
         spell.begin(2);
         spell.hold(t0 + 6 * s, s);
-        assert!(spell.binds(t0 + 7 * s, (1, 5 * s)));
-        assert!(spell.binds(t0 + 7 * s, (2, 5 * s)));
-        assert!(spell.binds(t0 + 8 * s - s / 2, (2, 5 * s)));
-        assert!(!spell.binds(t0 + 8 * s, (2, 5 * s)));
+        assert!(spell.binds(t0 + 7 * s, (1, 5 * s, false)));
+        assert!(spell.binds(t0 + 7 * s, (2, 5 * s, false)));
+        assert!(spell.binds(t0 + 8 * s - s / 2, (2, 5 * s, false)));
+        assert!(!spell.binds(t0 + 8 * s, (2, 5 * s, false)));
         // None missing: the spell ends a window after its last local start.
         spell.begin(2);
         spell.hold(t0 + 8 * s, s);
-        assert!(spell.binds(t0 + 8 * s, (2, 5 * s)));
-        assert!(!spell.binds(t0 + 9 * s, (2, 5 * s)));
+        assert!(spell.binds(t0 + 8 * s, (2, 5 * s, false)));
+        assert!(!spell.binds(t0 + 9 * s, (2, 5 * s, false)));
     }
 
     #[test]
@@ -179,8 +175,8 @@ mod tests {
         spell.counted(1, t0 + 2 * s);
         spell.counted(3, t0 + 3 * s);
         // A decision later finds the last window already under way.
-        assert!(spell.binds(t0 + 3 * s + s / 2, (3, 5 * s)));
-        assert!(!spell.binds(t0 + 4 * s, (3, 5 * s)));
+        assert!(spell.binds(t0 + 3 * s + s / 2, (3, 5 * s, false)));
+        assert!(!spell.binds(t0 + 4 * s, (3, 5 * s, false)));
         // Answers without a spell change nothing.
         spell.counted(1, t0 + 5 * s);
         assert_eq!(spell, Spell::default());
@@ -195,10 +191,10 @@ mod tests {
         spell.begin(3);
         spell.hold(t0, s);
         // The next call, still in fallback, does not know the count.
-        assert!(spell.binds(t0 + s / 2, (0, 5 * s)));
+        assert!(spell.binds(t0 + s / 2, (0, 5 * s, false)));
         spell.counted(3, t0 + s / 2);
         // Nobody was missing: the spell ends a window after its last
         // local start, not a window after the count came.
-        assert!(!spell.binds(t0 + s, (3, 5 * s)));
+        assert!(!spell.binds(t0 + s, (3, 5 * s, false)));
     }
 }

@@ -115,9 +115,9 @@ fn body(completion: &Completion) -> BodyStream {
         .expect("nobody took the body before")
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_streaming_body_keeps_its_permit_until_its_reader_is_done() {
-    let upstream = Streamer::default();
+/// A gate on [`config`] over `upstream`, and its first call, answered in
+/// a turn of its own.
+async fn first_stream(upstream: &Streamer) -> (Gate<Streamer>, Completion) {
     let gate = Gate::builder(config(), upstream.clone())
         .seed(1)
         .build()
@@ -126,6 +126,13 @@ async fn a_streaming_body_keeps_its_permit_until_its_reader_is_done() {
         .turn()
         .complete(Call::routed("stream", route(), Once))
         .await;
+    (gate, first)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streaming_body_keeps_its_permit_until_its_reader_is_done() {
+    let upstream = Streamer::default();
+    let (gate, first) = first_stream(&upstream).await;
     assert!(first.outcome.is_ok(), "{:?}", first.outcome);
     let hold = body(&first);
     assert!(
@@ -158,14 +165,7 @@ async fn a_streaming_body_keeps_its_permit_until_its_reader_is_done() {
 #[tokio::test(start_paused = true)]
 async fn a_body_nobody_takes_releases_the_permit_with_the_completion() {
     let upstream = Streamer::default();
-    let gate = Gate::builder(config(), upstream.clone())
-        .seed(1)
-        .build()
-        .unwrap();
-    let first = gate
-        .turn()
-        .complete(Call::routed("stream", route(), Once))
-        .await;
+    let (gate, first) = first_stream(&upstream).await;
     assert_eq!(in_flight(&gate), 1);
     drop(first);
     assert_eq!(in_flight(&gate), 0);
@@ -249,14 +249,7 @@ async fn a_streaming_body_keeps_its_groups_permit_too() {
 #[tokio::test(start_paused = true)]
 async fn a_body_read_to_its_end_gives_the_permit_back_at_once() {
     let upstream = Streamer::default();
-    let gate = Gate::builder(config(), upstream.clone())
-        .seed(1)
-        .build()
-        .unwrap();
-    let first = gate
-        .turn()
-        .complete(Call::routed("stream", route(), Once))
-        .await;
+    let (gate, first) = first_stream(&upstream).await;
     let mut stream = body(&first);
     let mut read = Vec::new();
     while let Some(frame) = stream.frame().await {

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Redis counts as many processes as the spell began with.
-const ALL_BACK: (u32, Duration) = (0, Duration::from_secs(5));
+const ALL_BACK: Others = (0, Duration::from_secs(5), false);
 
 /// The earliest start a recovering call at half the rate may take at
 /// `now`, nothing held; `None`: Redis alone decides.
@@ -349,7 +349,7 @@ fn earliest_of(
     f: &mut Fallback,
     l: &[SharedWindow],
     now: Instant,
-    counted: (u32, Duration),
+    counted: Others,
 ) -> Option<Instant> {
     let far = now + Duration::from_secs(3_600);
     match f.hold_recovering(l, 1.0, (now, now, far), counted)? {
@@ -399,7 +399,7 @@ fn back_before_the_others_the_share_holds_until_redis_counts_them() {
     f.take_over(1.0);
     reserve(&mut f, &l, (t0, t0, t0)).unwrap();
     reserve(&mut f, &l, (t0, t0, t0)).unwrap();
-    let alone = (1, 5 * s);
+    let alone = (1, 5 * s, false);
     // Back from an empty restart, two windows on, and the first
     // process Redis has seen: the others may still decide locally, so
     // the share still binds.
@@ -411,8 +411,11 @@ fn back_before_the_others_the_share_holds_until_redis_counts_them() {
     // Once Redis counts all three, a window more (their last local
     // starts reach Redis as they come back), then Redis alone decides.
     let all = back + s / 2;
-    assert_eq!(earliest_of(&mut f, &l, all, (3, 5 * s)), Some(back + s));
-    assert_eq!(earliest_of(&mut f, &l, all + s, (3, 5 * s)), None);
+    assert_eq!(
+        earliest_of(&mut f, &l, all, (3, 5 * s, false)),
+        Some(back + s)
+    );
+    assert_eq!(earliest_of(&mut f, &l, all + s, (3, 5 * s, false)), None);
     // A process that never comes back holds the share for `missing`
     // after the window, no longer.
     let back = all + s;
