@@ -40,5 +40,11 @@ fn main() {
             write.unwrap_or(0),
             read.unwrap_or(0)
         );
+        // A rate fits in a tool's config beside its niche: 16 bytes when
+        // this was written.
+        println!(
+            "an optional rate: {} bytes",
+            std::mem::size_of::<Option<sluice::Rate>>()
+        );
     });
 }

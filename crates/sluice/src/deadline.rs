@@ -84,8 +84,8 @@ impl Deadline {
     /// output wins when both are ready, as with tokio's `timeout_at`).
     /// The deadline's timer is made only if the future does not finish
     /// at its first poll: a call answered by the turn's cache or by an
-    /// in-process tool never touches tokio's timer (issue 18: making and
-    /// dropping it was about 150 instructions of every call).
+    /// in-process tool never touches tokio's timer, whose registration
+    /// showed in every call's profile (docs/PERFORMANCE.md).
     ///
     /// The caller pins the future where it lives: taken by value, it would
     /// sit in this function's state twice, once as the argument and once

@@ -31,8 +31,9 @@ pub(crate) fn body_matters(status: StatusCode, headers: &HeaderMap, mode: BodySi
 /// True when an answer streams from its first byte: a stream by its media
 /// type, or a declared length past [`STREAM_PAST`].
 pub(crate) fn streams_at_once(headers: &HeaderMap) -> bool {
-    // The media type is compared as bytes: splitting and trimming it as
-    // text cost a proxied request about 190 instructions, on every answer.
+    // The media type is compared as bytes: this runs on every answer, and
+    // splitting and trimming it as text showed in the proxy's profile
+    // (docs/PERFORMANCE.md).
     let stream_type = headers.get(CONTENT_TYPE).is_some_and(|value| {
         let value = value.as_bytes();
         let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());

@@ -11,7 +11,7 @@ use crate::decision::{self, denied};
 use crate::fallback;
 use crate::instant::{after, since};
 use crate::keys::part;
-use crate::lease::{Held, Obtained, PoolKey, Slot, hold_by_priority};
+use crate::lease::{Obtained, PoolKey, Slot, SlotEnd, hold_by_priority};
 use crate::spend;
 use crate::windows::{Asked, Leasing};
 
@@ -146,23 +146,23 @@ impl RedisBudget {
             )
             .await
             {
-                Held::Ready(token) => {
+                SlotEnd::Ready(token) => {
                     return Decision::Granted {
                         wait: Duration::ZERO,
                         grant: decision::slot(&token),
                     };
                 }
-                Held::Moved(at) => {
+                SlotEnd::Moved(at) => {
                     cred.state.lock().decisions.denied += 1;
                     return denied(&request, 0, since(at, Instant::now()), Hold::Outranked);
                 }
-                Held::Late(at) => {
+                SlotEnd::Late(at) => {
                     cred.state.lock().decisions.denied += 1;
                     return denied(&request, 0, since(at, Instant::now()), Hold::Rate);
                 }
                 // A block arrived while the slot waited, or the caller woke
                 // too late for it: it went back; look again.
-                Held::Voided => {}
+                SlotEnd::Voided => {}
             }
         }
         let now = Instant::now();

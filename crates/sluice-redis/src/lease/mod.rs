@@ -21,5 +21,5 @@ mod seated;
 mod slot;
 
 pub(crate) use pool::{LATE_FLOOR, Pool, PoolKey, Pooled, share_cap};
-pub(crate) use seated::{Held, Slot, Waiting, hold_by_priority};
+pub(crate) use seated::{Slot, SlotEnd, Waiting, hold_by_priority};
 pub(crate) use slot::{LEAD, Leases, Obtained, hold_until};

@@ -62,7 +62,7 @@ impl Seated for Slot {
 }
 
 /// How holding a slot ended.
-pub(crate) enum Held {
+pub(crate) enum SlotEnd {
     /// Its time came with no hold voiding it: start now.
     Ready(SlotToken),
     /// A hold voided it before its time, or its caller woke too late after
@@ -87,7 +87,7 @@ pub(crate) async fn hold_by_priority(
     (priority, late): (Priority, Duration),
     (at, slot): (Instant, Slot),
     latest: Instant,
-) -> Held {
+) -> SlotEnd {
     let mut slot = slot;
     let at = if at > Instant::now() {
         cred.waiting.swap(priority, at, &mut slot)
@@ -96,38 +96,38 @@ pub(crate) async fn hold_by_priority(
     };
     if at > latest {
         slot.give_back();
-        return Held::Late(at);
+        return SlotEnd::Late(at);
     }
     if priority == Priority::High {
         // Nobody outranks it: no seat.
         return if hold_until(cred, parts, (at, late), slot.obtained).await {
-            Held::Ready(slot.token)
+            SlotEnd::Ready(slot.token)
         } else {
             slot.give_back();
-            Held::Voided
+            SlotEnd::Voided
         };
     }
     // Dropped on every return below but `Ready`: what it holds goes back.
     let sitting = cred.waiting.sit(priority, at, slot);
     loop {
         let Some((at, obtained)) = sitting.look(|slot| slot.obtained) else {
-            return Held::Voided;
+            return SlotEnd::Voided;
         };
         if at > latest {
-            return Held::Moved(at);
+            return SlotEnd::Moved(at);
         }
         let kept = tokio::select! {
             kept = hold_until(cred, parts, (at, late), obtained) => kept,
             () = sitting.changed() => continue,
         };
         if !kept {
-            return Held::Voided;
+            return SlotEnd::Voided;
         }
         match sitting.stand(Instant::now()) {
-            Stood::Ready(slot) => return Held::Ready(slot.token),
+            Stood::Ready(slot) => return SlotEnd::Ready(slot.token),
             // This backend's seats are never re-planned (the engine's are).
             Stood::Later(_) | Stood::Replan(_) => {}
-            Stood::Taken => return Held::Voided,
+            Stood::Taken => return SlotEnd::Voided,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The proxy route answered without the router: exactly the layers `app()`
 //! puts around `/proxy/{*rest}` (scrubber, token, body limit, handler), as
-//! plain calls, for the listener's hot path. The router's boxed services
-//! and futures cost about a sixth of a proxied request's instructions.
+//! plain calls, for the listener's hot path: the router's boxed services
+//! and futures were a large share of a proxied request's cost
+//! (docs/PERFORMANCE.md). Tests reach this path through the listener.
 
 use axum::extract::Request;
 use axum::response::Response;

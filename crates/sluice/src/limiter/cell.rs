@@ -62,14 +62,14 @@ pub struct LimiterCell {
     /// made with further windows or first hears the server: most cells
     /// have neither, and an idle scope should stay small (issue 18).
     /// Never dropped once made, so that a voided reservation stays void.
-    further: Option<Box<Further>>,
+    extras: Option<Box<Extras>>,
 }
 
 /// What few cells have: further windows, and what the server said (a
 /// penalty, a budget, a spent quota, and how often waiting reservations
 /// were voided).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Further {
+struct Extras {
     /// Further windows, as configured: always exact.
     windows: Box<[SlidingWindow]>,
     /// No start before this (a server penalty).
@@ -83,7 +83,7 @@ struct Further {
     generation: u64,
 }
 
-impl Further {
+impl Extras {
     /// [`LimiterCell::charge_at`] past the first window, whose bucket undo
     /// (if any) is `gcra`.
     #[inline(never)]
@@ -127,9 +127,9 @@ impl LimiterCell {
         };
         let mut cell = Self::new(*first, burst);
         if !rest.is_empty() {
-            cell.further = Some(Box::new(Further {
+            cell.extras = Some(Box::new(Extras {
                 windows: rest.iter().map(|rate| SlidingWindow::new(*rate)).collect(),
-                ..Further::default()
+                ..Extras::default()
             }));
         }
         cell
@@ -143,7 +143,7 @@ impl LimiterCell {
     fn with(algorithm: Algorithm) -> Self {
         LimiterCell {
             algorithm,
-            further: None,
+            extras: None,
         }
     }
 
@@ -196,50 +196,46 @@ impl LimiterCell {
             .fold(self.algorithm.capacity(), u64::min)
     }
 
-    fn further_mut(&mut self) -> &mut Further {
-        self.further.get_or_insert_default()
+    fn extras_mut(&mut self) -> &mut Extras {
+        self.extras.get_or_insert_default()
     }
 
     /// The further windows (none on most cells).
     fn extra(&self) -> &[SlidingWindow] {
-        self.further
-            .as_deref()
-            .map_or(&[], |further| &further.windows)
+        self.extras.as_deref().map_or(&[], |extras| &extras.windows)
     }
 
     fn extra_mut(&mut self) -> &mut [SlidingWindow] {
-        match self.further.as_deref_mut() {
-            Some(further) => &mut further.windows,
+        match self.extras.as_deref_mut() {
+            Some(extras) => &mut extras.windows,
             None => &mut [],
         }
     }
 
     fn penalty_until(&self) -> Micros {
-        self.further
+        self.extras
             .as_ref()
-            .map_or(0, |further| further.penalty_until)
+            .map_or(0, |extras| extras.penalty_until)
     }
 
     fn server(&self) -> Option<ServerBudget> {
-        self.further.as_ref().and_then(|further| further.server)
+        self.extras.as_ref().and_then(|extras| extras.server)
     }
 
     fn server_mut(&mut self) -> Option<&mut ServerBudget> {
-        self.further
+        self.extras
             .as_mut()
-            .and_then(|further| further.server.as_mut())
+            .and_then(|extras| extras.server.as_mut())
     }
 
     fn generation(&self) -> u64 {
-        self.further
-            .as_ref()
-            .map_or(0, |further| further.generation)
+        self.extras.as_ref().map_or(0, |extras| extras.generation)
     }
 
     /// Most cells hold one window and nothing the server said: the window
-    /// alone places the start, in a few instructions inlined into the
-    /// caller; the rest go through [`LimiterCell::earliest_with_further`]
-    /// (issue 18, the cost of a reservation).
+    /// alone places the start, inlined into the caller; the rest go
+    /// through [`LimiterCell::earliest_with_further`], kept out of line so
+    /// that the common case stays small.
     #[inline]
     fn earliest_after(
         &mut self,
@@ -248,7 +244,7 @@ impl LimiterCell {
         amount: u64,
     ) -> (Micros, Binding) {
         let asked = not_before.max(now);
-        if self.further.is_some() {
+        if self.extras.is_some() {
             return self.earliest_with_further(now, asked, amount);
         }
         let at = self.algorithm.earliest(now, asked, amount);
@@ -348,7 +344,7 @@ impl LimiterCell {
     #[inline]
     pub fn charge_at(&mut self, start: Micros, amount: u64) -> Reservation {
         let gcra = self.algorithm.charge(start, amount);
-        match self.further.as_deref_mut() {
+        match self.extras.as_deref_mut() {
             // One window, nothing the server said, never voided.
             None => Reservation {
                 start,
@@ -357,7 +353,7 @@ impl LimiterCell {
                 gcra,
                 server_charged: 0,
             },
-            Some(further) => further.charge(start, amount, gcra),
+            Some(extras) => extras.charge(start, amount, gcra),
         }
     }
 
@@ -458,8 +454,8 @@ impl LimiterCell {
             return;
         }
         self.void_waiting(now);
-        let further = self.further_mut();
-        further.penalty_until = further.penalty_until.max(until);
+        let extras = self.extras_mut();
+        extras.penalty_until = extras.penalty_until.max(until);
         // Only the first window (the rate in force) restarts empty: the
         // longer ones keep what they counted, which still binds.
         self.algorithm.restart_empty(until);
@@ -475,14 +471,14 @@ impl LimiterCell {
         if remaining == 0 {
             self.void_waiting(now);
         }
-        self.further_mut().server = Some(ServerBudget {
+        self.extras_mut().server = Some(ServerBudget {
             remaining,
             reset_at,
         });
     }
 
     fn void_waiting(&mut self, now: Micros) {
-        self.further_mut().generation += 1;
+        self.extras_mut().generation += 1;
         self.algorithm.drop_future(now);
         for window in self.extra_mut() {
             window.drop_future(now);
@@ -510,16 +506,16 @@ impl LimiterCell {
     /// not already at `now`.
     pub fn exhaust(&mut self, until: Micros, now: Micros) -> bool {
         let fresh = self.quota_until(now).is_none();
-        let further = self.further_mut();
-        further.quota_until = further.quota_until.max(until);
+        let extras = self.extras_mut();
+        extras.quota_until = extras.quota_until.max(until);
         fresh
     }
 
     /// When the spent quota resets, if it is spent at `now`.
     pub fn quota_until(&self, now: Micros) -> Option<Micros> {
-        self.further
+        self.extras
             .as_ref()
-            .map(|further| further.quota_until)
+            .map(|extras| extras.quota_until)
             .filter(|&until| until > now)
     }
 
@@ -562,12 +558,10 @@ impl LimiterCell {
     }
 
     fn expire(&mut self, now: Micros) {
-        if let Some(further) = &mut self.further
-            && further
-                .server
-                .is_some_and(|budget| budget.reset_at() <= now)
+        if let Some(extras) = &mut self.extras
+            && extras.server.is_some_and(|budget| budget.reset_at() <= now)
         {
-            further.server = None;
+            extras.server = None;
         }
     }
 }

@@ -41,7 +41,7 @@ fn the_short_path_of_a_cell_with_one_window_is_the_general_path() {
     ];
     for short in cells {
         let mut general = short.clone();
-        general.further_mut();
+        general.extras_mut();
         let mut short = short;
         let mut now = 0;
         for step in 0..200u64 {
@@ -66,7 +66,7 @@ fn the_short_path_of_a_cell_with_one_window_is_the_general_path() {
                 general.refund(&reservation);
             }
         }
-        assert!(short.further.is_none() && general.further.is_some());
+        assert!(short.extras.is_none() && general.extras.is_some());
     }
 }
 

@@ -39,8 +39,8 @@ pub(crate) async fn complete<E: Executor>(
 
 /// The future `make` makes, in a box allocated first. `Box::pin(future)`
 /// would make it on the stack and copy it into the box, every byte of the
-/// steps' kilobyte on every call: 5% of a gate call's instructions
-/// (PERFORMANCE.md, "The guards").
+/// steps' kilobyte on every call (measured in docs/PERFORMANCE.md, "The
+/// guards").
 #[inline(always)]
 fn boxed<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
     Box::into_pin(Box::write(Box::new_uninit(), make()))

@@ -77,8 +77,8 @@ impl Budgets {
     /// `act` on the budgets, to change them; on an empty set when there
     /// are none, which nothing can change. That set holds no allocation,
     /// and no method adds one to it (they only charge and refund the cells
-    /// it holds), so it is not dropped: a call saves the drop's few dozen
-    /// instructions.
+    /// it holds), so it is not dropped: nothing runs for it on a call
+    /// without budgets.
     pub(crate) fn change<R>(&mut self, act: impl FnOnce(&mut Further) -> R) -> R {
         match self.0.as_deref_mut() {
             Some(further) => act(further),

@@ -68,8 +68,8 @@ impl Scope {
         // average, and one sample is lost: a smoothed estimate does not
         // notice, and no answer takes a lock for it.
         let smoothed = self.latency.load(Ordering::Relaxed) as f64;
-        // Through u64, whose conversion to a float is a few instructions
-        // where u128's is a library call (no latency is 584,000 years).
+        // Through u64, which converts to a float inline where u128 needs a
+        // library call (no latency is 584,000 years).
         let sample = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX) as f64;
         let blended = smoothed * (1.0 - LATENCY_ALPHA) + sample * LATENCY_ALPHA;
         // A cast from a float saturates: no latency can panic here.
