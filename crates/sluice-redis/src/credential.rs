@@ -16,6 +16,7 @@ use crate::fallback::Fallback;
 use crate::holds::{Holds, Kind};
 use crate::keys::part;
 use crate::lease::{Pool, Waiting};
+use crate::windows::Told;
 use crate::worker::Unwritten;
 
 /// Where a credential's decisions are made.
@@ -91,6 +92,13 @@ impl CredState {
             self.processes = processes;
             self.fallback.spell.counted(processes, now);
         }
+    }
+
+    /// Takes in what Redis said beside a spend's decision: the processes
+    /// it counted and the credential's blocks and spent quotas.
+    pub(crate) fn told(&mut self, told: &Told) {
+        self.counted(told.view.processes, told.at);
+        self.holds.absorb(&told.view, told.at);
     }
 
     /// Counts what Redis decided for a spend on `windows` (answered at

@@ -29,14 +29,14 @@ use crate::breaker::Permit;
 use crate::clock::ServerClock;
 use crate::decision::denied;
 use crate::instant::{after, since};
-use crate::keys::CredentialKeys;
+use crate::keys::{CredentialKeys, part};
 use crate::lease::{LATE_FLOOR, LEAD, Pool, Pooled, share_cap};
 use crate::runner::Runner;
 use crate::spend::{
     Budget, Granted, Heartbeat, Lease, Seen, SpendScripts, Spent, Window, budgets, further_member,
     void,
 };
-use crate::store::Clock;
+use crate::store::{Clock, View};
 use crate::unknown;
 use crate::worker::Jobs;
 
@@ -103,14 +103,32 @@ struct MemberCharge {
 
 /// What asking Redis gave.
 pub(crate) enum Asked {
-    /// Redis decided, and counted these processes on the credential (0: unknown).
-    Decided(Decision, u32),
+    /// Redis decided, and said this of the credential.
+    Decided(Decision, Told),
     /// A leased start of this process's served the call (no round trip).
     Leased(Decision),
     /// Redis cannot be asked: decide locally, for this reason.
     Fallback(String),
     /// Redis's start had passed when its answer came; it went back: ask again.
     Again,
+}
+
+/// What Redis said of the credential beside a decision: the processes
+/// it counted (0: unknown) and its active holds, their waits counted from
+/// `at` on this process's clock.
+pub(crate) struct Told {
+    pub(crate) view: View,
+    pub(crate) at: Instant,
+}
+
+impl Told {
+    /// Nothing said (a decision made here).
+    fn nothing() -> Told {
+        Told {
+            view: View::default(),
+            at: Instant::now(),
+        }
+    }
 }
 
 fn micros(duration: Duration) -> u64 {
@@ -316,7 +334,7 @@ impl Spends {
             self.refund_all(runner, stale);
             let index = Self::scope_index(request, budget);
             let wait = until.saturating_duration_since(now);
-            return Asked::Decided(denied(request, index, wait, Hold::Rate), 0);
+            return Asked::Decided(denied(request, index, wait, Hold::Rate), Told::nothing());
         }
         if let Permit::Refuse | Permit::AwaitProbe(_) = runner.permit(now, Duration::from_secs(1)) {
             self.refund_all(runner, stale);
@@ -329,6 +347,12 @@ impl Spends {
             .collect();
         let lease = self.lease(&key, leasing, &sent, now);
         let keys = runner.store().keys(request.credential);
+        let parts: Vec<String> = request.scopes.iter().map(|s| part(s)).collect();
+        let asked = Window {
+            not_before: micros(not_before),
+            max_wait: micros(max_wait),
+            scopes: &parts,
+        };
         // A spend that timed out is settled by its id (`crate::unknown`)
         // and, settled, asked again once under a new one.
         let mut tries = 0;
@@ -341,13 +365,7 @@ impl Spends {
                 self.next.fetch_add(1, Ordering::Relaxed)
             );
             let result = self
-                .send(
-                    runner,
-                    (&budgets, &member, &keys),
-                    (not_before, max_wait),
-                    lease,
-                    beat,
-                )
+                .send(runner, (&budgets, &member, &keys), asked, lease, beat)
                 .await;
             if let Err(error) = &result
                 && unknown::may_have_run(error)
@@ -375,7 +393,7 @@ impl Spends {
         match result {
             Ok(Seen {
                 spent: Spent::Granted { wait },
-                processes,
+                view,
                 start,
                 buckets,
                 further,
@@ -415,11 +433,21 @@ impl Spends {
                         token: format!("{PREFIX}{member}"),
                     },
                 };
-                Asked::Decided(decision, processes)
+                Asked::Decided(decision, Told { view, at: base })
+            }
+            Ok(Seen {
+                spent: Spent::Held { wait, scope, hold },
+                view,
+                ..
+            }) => {
+                let index = scope.min(request.scopes.len().saturating_sub(1));
+                let wait = Duration::from_micros(wait);
+                let told = Told { view, at: received };
+                Asked::Decided(denied(request, index, wait, hold), told)
             }
             Ok(Seen {
                 spent: Spent::Denied { wait, budget },
-                processes,
+                view,
                 ..
             }) => {
                 let index = Self::scope_index(request, budget);
@@ -430,13 +458,15 @@ impl Spends {
                 {
                     self.remember_busy(request.credential, denying, Instant::now() + wait);
                 }
-                Asked::Decided(denied(request, index, wait, Hold::Rate), processes)
+                let told = Told { view, at: received };
+                Asked::Decided(denied(request, index, wait, Hold::Rate), told)
             }
             // A cost that can never fit is refused before Redis is asked;
             // the engine's own check says so to the caller first.
-            Err(Error::Reply(reason)) if reason.contains("can never fit") => {
-                Asked::Decided(denied(request, 0, Duration::MAX, Hold::Rate), 0)
-            }
+            Err(Error::Reply(reason)) if reason.contains("can never fit") => Asked::Decided(
+                denied(request, 0, Duration::MAX, Hold::Rate),
+                Told::nothing(),
+            ),
             Err(error) => Asked::Fallback(error.to_string()),
         }
     }
@@ -446,7 +476,7 @@ impl Spends {
         &self,
         runner: &Runner,
         (budgets, member, keys): (&[Budget], &str, &CredentialKeys),
-        (not_before, max_wait): (Duration, Duration),
+        window: Window<'_>,
         lease: Lease<'_>,
         beat: &str,
     ) -> Result<Seen, Error> {
@@ -455,10 +485,6 @@ impl Spends {
                 let heartbeat = Heartbeat {
                     process: beat,
                     window: self.heartbeat,
-                };
-                let window = Window {
-                    not_before: micros(not_before),
-                    max_wait: micros(max_wait),
                 };
                 async move {
                     self.scripts

@@ -228,8 +228,8 @@ impl RedisBudget {
         // place of the one held.
         drop(hold);
         let (decision, leased) = match asked {
-            Asked::Decided(decision, processes) => {
-                cred.state.lock().counted(processes, Instant::now());
+            Asked::Decided(decision, told) => {
+                cred.state.lock().told(&told);
                 (decision, false)
             }
             Asked::Leased(decision) => (decision, true),

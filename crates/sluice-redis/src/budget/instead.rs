@@ -54,8 +54,8 @@ impl RedisBudget {
             )
             .await;
         let decision = match asked {
-            Asked::Decided(decision, processes) => {
-                cred.state.lock().counted(processes, Instant::now());
+            Asked::Decided(decision, told) => {
+                cred.state.lock().told(&told);
                 decision
             }
             Asked::Leased(decision) => decision,

@@ -27,3 +27,20 @@ local function extend(key, us)
   redis.call('PEXPIRE', key, int(want))
 end
 
+
+-- Every active hold (block or spent quota) in the hash `key`, at `now`:
+-- a flat list {field, µs from now, ...} for the caller's view, and a map
+-- field -> until (µs).
+local function active(key, now)
+  local flat = redis.call('HGETALL', key)
+  local list, map = {}, {}
+  for i = 1, #flat, 2 do
+    local until_ = tonumber(flat[i + 1])
+    if until_ and until_ > now then
+      map[flat[i]] = until_
+      list[#list + 1] = flat[i]
+      list[#list + 1] = until_ - now
+    end
+  end
+  return list, map
+end

@@ -65,21 +65,8 @@ if ARGV[10] ~= '' then
 end
 
 -- Every active block and quota of the credential, for the caller's view.
-local function active(key)
-  local flat = redis.call('HGETALL', key)
-  local list, map = {}, {}
-  for i = 1, #flat, 2 do
-    local until_ = tonumber(flat[i + 1])
-    if until_ and until_ > now then
-      map[flat[i]] = until_
-      list[#list + 1] = flat[i]
-      list[#list + 1] = until_ - now
-    end
-  end
-  return list, map
-end
-local block_list, blocks = active(KEYS[1])
-local quota_list, quotas = active(KEYS[2])
+local block_list, blocks = active(KEYS[1], now)
+local quota_list, quotas = active(KEYS[2], now)
 
 for i, scope in ipairs(scopes) do
   local q = quotas[scope]

@@ -25,10 +25,16 @@
 -- exactly as that many calls would. A lease never holds a GCRA budget (a
 -- bucket gives a slot back only while nothing was charged after it).
 --
+-- Blocks and spent quotas hold it as they hold a call on one limit
+-- (reserve.lua): a spent quota on any of the call's scopes denies it, and
+-- no start comes before the latest block on them; the reply carries every
+-- active one, so that the caller's process knows them from then on.
+--
 -- KEYS: one sorted set per budget (score = start µs), then the
 --       credential's heartbeat set (used when ARGV 6 names a process),
 --       then this spend's void mark (void.lua: its caller gave up on the
---       answer; it charges nothing)
+--       answer; it charges nothing), then the credential's blocks hash
+--       and its quota hash
 -- ARGV: 1 now (µs; '' = the server's TIME), 2 max_wait µs, 3 member,
 --       4 TTL slack µs, 5 not_before µs from now (the start may not come
 --       earlier: another scope of the call starts it later), 6 process id
@@ -43,14 +49,18 @@
 --       limit, window µs, cost, burst (0: a sliding window; else GCRA:
 --       its key is a string holding the theoretical arrival time `tat`,
 --       T = ceil(window / limit), tau = (burst - 1) T, a start at t
---       spending c allowed when t >= tat + (c - 1) T - tau)
--- Reply: {1, wait µs, 0, processes, start µs, n further starts, their
---        starts µs, then per GCRA budget: its index (1-based), tat
---        before, tat after} or {0, wait µs, index of
---        the budget that decided it (1-based): the one whose window frees
---        last, or whose latest grant the call must follow, processes}
---        (processes: those in the heartbeat set, 0 without a heartbeat;
---        the fallback's share is one over them)
+--       spending c allowed when t >= tat + (c - 1) T - tau), then the
+--       call's scope fields (key parts), for its blocks and quotas
+-- Reply: {1, wait µs, 0, processes, blocks, quotas, start µs, n further
+--        starts, their starts µs, then per GCRA budget: its index
+--        (1-based), tat before, tat after} or {0, wait µs, index,
+--        processes, blocks, quotas, 'rate'|'blocked'|'quota'}, where the
+--        index (1-based) is, for 'rate', the budget that decided it (the
+--        one whose window frees last, or whose latest grant the call must
+--        follow), else the scope held; blocks and quotas are {field, µs
+--        from now, ...} for every active one (processes: those in the
+--        heartbeat set, 0 without a heartbeat; the fallback's share is one
+--        over them)
 
 local now = clock(ARGV[1])
 local max_wait = tonumber(ARGV[2])
@@ -64,10 +74,10 @@ local horizon = tonumber(ARGV[9]) or 0
 local lead = tonumber(ARGV[10]) or 0
 local stale = tonumber(ARGV[11]) or 0
 local first = 11 + stale
-local count = math.floor((#ARGV - first) / 4)
+local count = #KEYS - 4
 
 -- Voided by its id before it ran: its caller already settled it.
-if redis.call('EXISTS', KEYS[count + 2]) == 1 then return {0, 0, 1, 0} end
+if redis.call('EXISTS', KEYS[count + 2]) == 1 then return {0, 0, 1, 0, {}, {}, 'rate'} end
 
 local processes = 0
 if process ~= '' then
@@ -78,6 +88,18 @@ if process ~= '' then
   local ms = math.ceil((heartbeat + slack) / 1000)
   if ms < 1 then ms = 1 end
   redis.call('PEXPIRE', procs, int(ms))
+end
+
+local block_list, blocks = active(KEYS[count + 3], now)
+local quota_list, quotas = active(KEYS[count + 4], now)
+-- The call's scopes: a spent quota denies it; the latest block holds it.
+local blocked, blocked_scope = 0, 0
+for i = first + count * 4 + 1, #ARGV do
+  local scope, index = ARGV[i], i - first - count * 4
+  if quotas[scope] then
+    return {0, quotas[scope] - now, index, processes, block_list, quota_list, 'quota'}
+  end
+  if (blocks[scope] or 0) > blocked then blocked, blocked_scope = blocks[scope], index end
 end
 
 local budgets = {}
@@ -218,15 +240,18 @@ local function charge(common, name)
   end
 end
 
-local floor = now + not_before
+local floor = math.max(now + not_before, blocked)
 local common, decided = place(floor)
 -- Later grants put it off: it may still fit as asked, in front of them.
 if common > floor and fits_at(floor) then common = floor end
 local wait = common - now
 if wait > max_wait then
-  if decided == 0 then decided = 1 end
   put_back()
-  return {0, wait, decided, processes}
+  if blocked >= common then
+    return {0, wait, blocked_scope, processes, block_list, quota_list, 'blocked'}
+  end
+  if decided == 0 then decided = 1 end
+  return {0, wait, decided, processes, block_list, quota_list, 'rate'}
 end
 charge(common, member)
 
@@ -234,7 +259,7 @@ local further = {}
 for _, b in ipairs(budgets) do
   if b.burst > 0 then slots = 1 end
 end
-floor = now + math.max(not_before, lead)
+floor = math.max(now + math.max(not_before, lead), blocked)
 for k = 2, slots do
   local at = place(floor)
   if at - now > horizon then break end
@@ -243,7 +268,7 @@ for k = 2, slots do
 end
 
 put_back()
-local reply = {1, wait, 0, processes, common, #further}
+local reply = {1, wait, 0, processes, block_list, quota_list, common, #further}
 for _, at in ipairs(further) do reply[#reply + 1] = at end
 for i, b in ipairs(budgets) do
   if b.burst > 0 then

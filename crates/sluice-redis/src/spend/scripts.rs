@@ -128,6 +128,7 @@ impl SpendScripts {
         let window = Window {
             not_before,
             max_wait,
+            scopes: &[],
         };
         self.reserve_seen(conn, keys, budgets, member, window, None, clock)
             .await
@@ -145,7 +146,7 @@ impl SpendScripts {
         keys: &CredentialKeys,
         budgets: &[Budget],
         member: &str,
-        window: Window,
+        window: Window<'_>,
         heartbeat: Option<Heartbeat<'_>>,
         clock: Clock,
     ) -> Result<Seen, Error>
@@ -175,7 +176,7 @@ impl SpendScripts {
         keys: &CredentialKeys,
         budgets: &[Budget],
         member: &str,
-        window: Window,
+        window: Window<'_>,
         lease: Lease<'_>,
         heartbeat: Option<Heartbeat<'_>>,
         clock: Clock,
@@ -186,6 +187,7 @@ impl SpendScripts {
         let Window {
             not_before,
             max_wait,
+            scopes,
         } = window;
         if budgets.is_empty() {
             return Err(Error::Reply("a spend needs at least one budget".into()));
@@ -202,7 +204,11 @@ impl SpendScripts {
         for budget in budgets {
             invocation.key(budget.key(keys));
         }
-        invocation.key(keys.processes()).key(keys.void(member));
+        invocation
+            .key(keys.processes())
+            .key(keys.void(member))
+            .key(keys.blocks())
+            .key(keys.quota());
         invocation
             .arg(clock_arg(clock))
             .arg(max_wait)
@@ -220,6 +226,9 @@ impl SpendScripts {
         }
         for budget in budgets {
             budget.args(&mut invocation);
+        }
+        for scope in scopes {
+            invocation.arg(scope);
         }
         let value: Value = invocation
             .invoke_async(conn)

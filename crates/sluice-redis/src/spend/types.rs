@@ -3,10 +3,10 @@
 
 use redis::ScriptInvocation;
 
-use sluice::shared::SharedWindow;
+use sluice::shared::{Hold, SharedWindow};
 
 use crate::keys::{CredentialKeys, part};
-use crate::store::Void;
+use crate::store::{View, Void};
 
 /// Integer microseconds.
 pub type Micros = u64;
@@ -108,6 +108,16 @@ pub enum Spent {
         /// Index (into the budgets given) of the budget that put it furthest off.
         budget: usize,
     },
+    /// A spent quota denied it, or a block put its start past the
+    /// acceptable wait; nothing was charged.
+    Held {
+        /// From now: when the hold ends.
+        wait: Micros,
+        /// Index (into the window's scopes) of the scope held.
+        scope: usize,
+        /// Which hold.
+        hold: Hold,
+    },
 }
 
 /// What a granted spend did to a GCRA budget, to give it back or true it up.
@@ -126,8 +136,10 @@ pub struct Bucket {
 pub struct Seen {
     /// The decision.
     pub spent: Spent,
-    /// The processes in the heartbeat set (0: none sent).
-    pub processes: u32,
+    /// The processes in the heartbeat set (0: none sent), and every
+    /// active block and spent quota of the credential, from the script's
+    /// now (known for a grant: its start less its wait).
+    pub view: View,
     /// Granted: the start, µs on the server's clock.
     pub start: Micros,
     /// Granted: what it did to each GCRA budget.
@@ -142,13 +154,16 @@ pub fn further_member(member: &str, k: usize) -> String {
     format!("{member}+{}", k + 2)
 }
 
-/// When a spend may start, µs from now.
+/// When a spend may start, µs from now, and what holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
+pub struct Window<'a> {
     /// No earlier than this.
     pub not_before: Micros,
     /// No later than this.
     pub max_wait: Micros,
+    /// The call's scopes (key parts): a spent quota on any denies it, and
+    /// it starts after the latest block on them.
+    pub scopes: &'a [String],
 }
 
 /// Further starts of the same spend asked for with it: a lease (its

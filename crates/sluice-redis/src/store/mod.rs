@@ -12,4 +12,5 @@ mod reply;
 mod types;
 
 pub use calls::Store;
+pub(crate) use reply::{hold_of, pairs};
 pub use types::{Clock, RecordArgs, ReserveArgs, Reserved, SlotGrant, SlotToken, Undo, View, Void};

@@ -68,11 +68,7 @@ pub(super) fn parse_reserved(value: Value, first: &str) -> Result<Reserved, Erro
         0 => {
             let wait = micros_of(field(4)?)?;
             let index = usize::try_from(micros_of(field(5)?)?).unwrap_or(usize::MAX);
-            let hold = match text_of(field(6)?)?.as_str() {
-                "quota" => Hold::Quota,
-                "blocked" => Hold::Blocked,
-                _ => Hold::Rate,
-            };
+            let hold = hold_of(field(6)?)?;
             Ok(Reserved::Denied {
                 view,
                 wait,
@@ -96,7 +92,16 @@ fn gcra_undo(undo: &str) -> Option<(&str, &str)> {
     (digits(before) && digits(after)).then_some((before, after))
 }
 
-fn pairs(value: &Value) -> Result<Vec<(String, Micros)>, Error> {
+/// A hold as a script names it: `quota`, `blocked`, else the rate.
+pub(crate) fn hold_of(value: &Value) -> Result<Hold, Error> {
+    Ok(match text_of(value)?.as_str() {
+        "quota" => Hold::Quota,
+        "blocked" => Hold::Blocked,
+        _ => Hold::Rate,
+    })
+}
+
+pub(crate) fn pairs(value: &Value) -> Result<Vec<(String, Micros)>, Error> {
     let Value::Array(flat) = value else {
         return Err(Error::Reply("expected a list of holds".into()));
     };

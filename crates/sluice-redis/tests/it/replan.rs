@@ -362,6 +362,7 @@ async fn the_spend_script_sets_the_callers_own_start_aside_and_keeps_it() {
             let window = Window {
                 not_before: 0,
                 max_wait: S - S / 10 - 1,
+                scopes: &[],
             };
             let at = Clock::At(S / 10);
             let seen = scripts

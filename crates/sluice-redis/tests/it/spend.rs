@@ -265,6 +265,7 @@ async fn a_bucket_beside_a_window_spends_all_or_nothing() {
     let window = Window {
         not_before: 0,
         max_wait: 20 * S,
+        scopes: &[],
     };
     let mut seen = Vec::new();
     for call in 0..5 {
@@ -373,6 +374,7 @@ async fn a_lease_places_further_starts_charged_in_every_budget() {
             let window = Window {
                 not_before: 0,
                 max_wait,
+                scopes: &[],
             };
             let lease = Lease {
                 slots,
@@ -470,4 +472,67 @@ async fn a_settled_cost_leaves_room_in_front_of_later_grants() {
             ("d|500".to_owned(), 120 * S),
         ]
     );
+}
+
+/// A spend is held as a call on one limit is: a spent quota on any of its
+/// scopes denies it, a block puts its start after the block's end (or
+/// denies it, past its wait), and the answer carries every active hold.
+#[tokio::test]
+async fn blocks_and_spent_quotas_hold_a_spend() {
+    let _turn = crate::support::module_turn(module_path!());
+    use sluice::shared::Hold;
+    use sluice_redis::spend::Window;
+    let server = RedisServer::start();
+    let mut conn = connection(&server).await;
+    let scripts = SpendScripts::default();
+    let keys = keys();
+    let scopes = ["api_key".to_owned(), "search".to_owned()];
+    let ask = |max_wait| Window {
+        not_before: 0,
+        max_wait,
+        scopes: &scopes,
+    };
+    let mut spend = async |member: &str, max_wait| {
+        scripts
+            .reserve_seen(
+                &mut conn,
+                &keys,
+                &llm(10),
+                member,
+                ask(max_wait),
+                None,
+                Clock::At(0),
+            )
+            .await
+            .unwrap()
+    };
+    // A block on the second scope until 3 s: a call that can wait starts
+    // there; one that cannot is held, and charged nothing.
+    let _: i64 = server.command(&["HSET", &keys.blocks(), "search", &(3 * S).to_string()]);
+    let seen = spend("waits", 5 * S).await;
+    assert_eq!(seen.spent, Spent::Granted { wait: 3 * S });
+    assert_eq!(seen.view.blocks, vec![("search".to_owned(), 3 * S)]);
+    let seen = spend("hurries", S).await;
+    assert_eq!(
+        seen.spent,
+        Spent::Held {
+            wait: 3 * S,
+            scope: 1,
+            hold: Hold::Blocked
+        }
+    );
+    assert_eq!(log(&server, &keys.budget("api_key", 0)).len(), 1);
+    // A spent quota on the first scope denies even a call that could wait.
+    let _: i64 = server.command(&["HSET", &keys.quota(), "api_key", &(60 * S).to_string()]);
+    let seen = spend("late", 120 * S).await;
+    assert_eq!(
+        seen.spent,
+        Spent::Held {
+            wait: 60 * S,
+            scope: 0,
+            hold: Hold::Quota
+        }
+    );
+    assert_eq!(seen.view.quotas, vec![("api_key".to_owned(), 60 * S)]);
+    assert_eq!(log(&server, &keys.budget("api_key", 0)).len(), 1);
 }

@@ -559,3 +559,69 @@ async fn a_costlier_high_call_gives_the_grants_it_outranks_back() {
     let order: Vec<u64> = ended.iter().map(|(_, n)| *n).collect();
     assert_eq!(order[..2], [0, 3], "{ended:?}");
 }
+
+/// Answers 429 with `Retry-After: 30` to its first request and 200 after,
+/// counting them.
+#[derive(Clone, Default)]
+struct ThrottledOnce {
+    sent: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Executor for ThrottledOnce {
+    type Payload = Value;
+
+    async fn execute(&self, _request: Request<Value>) -> Result<sluice::Reply, TransportError> {
+        let first = self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        http::Response::builder()
+            .status(if first { 429 } else { 200 })
+            .header("retry-after", "30")
+            .body(Bytes::from_static(b"{}"))
+            .map(sluice::Reply::from)
+            .map_err(|e| TransportError::other(e.to_string()))
+    }
+}
+
+/// A block one process set holds the calls of a process that came up
+/// after it (and so never heard its event), whatever the credential's
+/// shape: the process learns it from Redis when it asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_set_before_a_process_started_holds_its_calls() {
+    let _turn = crate::support::module_turn(module_path!());
+    for (shape, credential) in priority_credentials() {
+        let server = RedisServer::start();
+        let upstream = ThrottledOnce::default();
+        let gate = |budget| {
+            let config = GateConfig::default()
+                .credential("key", credential.clone().shared(true).max_in_flight(8))
+                .tool("chat", ToolConfig::write("key"));
+            Gate::builder(config, upstream.clone())
+                .seed(1)
+                .shared(budget)
+                .build()
+                .unwrap()
+        };
+        let first = gate(connect(&server).await);
+        let outcome = first.call(Call::new("chat", json!({"q": 1}))).await;
+        assert_eq!(outcome.status(), "rate_limited", "{shape}: {outcome:?}");
+        // The block reaches Redis from the first process's worker.
+        let blocked = || {
+            let keys: Vec<String> = server.command(&["KEYS", "*:blocks"]);
+            keys.iter().any(|k| server.command::<i64>(&["HLEN", k]) > 0)
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !blocked() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let later = gate(connect(&server).await);
+        let outcome = later.call(Call::new("chat", json!({"q": 2}))).await;
+        let Outcome::RateLimited { retry_after_ms, .. } = outcome else {
+            panic!("{shape}: the later process's call was not held: {outcome:?}");
+        };
+        assert!(retry_after_ms > 20_000, "{shape}: {retry_after_ms} ms");
+        assert_eq!(
+            upstream.sent.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{shape}: only the throttled request went upstream"
+        );
+    }
+}
