@@ -105,28 +105,8 @@ impl SpendScripts {
     where
         C: redis::aio::ConnectionLike + Send,
     {
-        self.reserve_after(conn, keys, budgets, member, 0, max_wait, clock)
-            .await
-    }
-
-    /// [`SpendScripts::reserve`] for a start no earlier than `not_before`
-    /// µs from now (another scope of the call starts it later).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn reserve_after<C>(
-        &self,
-        conn: &mut C,
-        keys: &CredentialKeys,
-        budgets: &[Budget],
-        member: &str,
-        not_before: Micros,
-        max_wait: Micros,
-        clock: Clock,
-    ) -> Result<Spent, Error>
-    where
-        C: redis::aio::ConnectionLike + Send,
-    {
         let window = Window {
-            not_before,
+            not_before: 0,
             max_wait,
             scopes: &[],
         };
@@ -135,10 +115,11 @@ impl SpendScripts {
             .map(|seen| seen.spent)
     }
 
-    /// [`SpendScripts::reserve_after`] that also beats `heartbeat`'s
-    /// process in the credential's heartbeat set (the one the reserve
-    /// script keeps), and returns the processes present with the answer:
-    /// the fallback's share is one over them.
+    /// [`SpendScripts::reserve`] in `window` (no earlier than its
+    /// `not_before`, held by its scopes' blocks and quotas), beating
+    /// `heartbeat`'s process in the credential's heartbeat set (the one
+    /// the reserve script keeps); the answer says the processes present
+    /// (the fallback's share is one over them) and the active holds.
     #[allow(clippy::too_many_arguments)]
     pub async fn reserve_seen<C>(
         &self,
