@@ -190,6 +190,16 @@ pub trait SharedBudget: Send + Sync + 'static {
         None
     }
 
+    /// Whether a hold the backend learned of after granting a start now
+    /// covers a call on `scopes` of `credential`: a block another process
+    /// saw (its 429), or a spent quota. The engine asks once it has slept
+    /// until a granted start; a held call gives its grant back and asks
+    /// again, so that the hold decides it. The default: never.
+    fn held(&self, credential: &str, scopes: &[&str]) -> bool {
+        let _ = (credential, scopes);
+        false
+    }
+
     /// [`SharedBudget::reserve`] for a caller that holds `held` already and
     /// asks for an earlier start (issue 50): a backend may leave `held`'s
     /// own charges out of the room it looks at, so that they are not what

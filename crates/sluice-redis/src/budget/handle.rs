@@ -255,4 +255,12 @@ impl SharedBudget for RedisBudget {
     fn answer_within(&self) -> Option<Duration> {
         Some(self.inner.config.timeout)
     }
+
+    fn held(&self, credential: &str, scopes: &[&str]) -> bool {
+        let parts: Vec<String> = scopes.iter().map(|scope| part(scope)).collect();
+        let now = Instant::now();
+        let cred = self.inner.credentials.get(credential);
+        let state = cred.state.lock();
+        state.holds.blocked(&parts, now).is_some() || state.holds.quota(&parts, now).is_some()
+    }
 }

@@ -142,6 +142,20 @@ async fn separate_local_buckets_spend_three_times_the_key() {
 async fn a_429_one_process_sees_stops_every_process() {
     let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
+    a_429_stops_every_process(None).await;
+}
+
+/// As [`a_429_one_process_sees_stops_every_process`], on a credential
+/// whose calls spend two windows (`spend.lua`): the block reaches the
+/// starts other processes were granted before it as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_one_process_sees_stops_every_process_on_several_windows() {
+    let _turn = crate::support::module_turn(module_path!());
+    let _serial = SERIAL.lock().await;
+    a_429_stops_every_process(Some("100000/1h")).await;
+}
+
+async fn a_429_stops_every_process(beside: Option<&str>) {
     let redis = RedisServer::start();
     let server = fake(10_000).await;
     let mut budgets = Vec::new();
@@ -154,7 +168,14 @@ async fn a_429_one_process_sees_stops_every_process() {
         .zip(["a", "b", "c"])
         .enumerate()
         .map(|(i, (b, name))| {
-            let gate = gate_with_burst(&server, RATE, Some(1), Some(b.clone()), 32, i as u64);
+            let budget = Some(b.clone());
+            let gate = match beside {
+                None => gate_with_burst(&server, RATE, Some(1), budget, 32, i as u64),
+                Some(beside) => {
+                    let limits = (RATE, Some(1), beside);
+                    gate_with_burst_beside(&server, limits, budget, 32, i as u64)
+                }
+            };
             tokio::spawn(drive(
                 gate,
                 name,

@@ -562,3 +562,81 @@ async fn an_ordered_ask_does_not_queue_behind_a_stalled_one() {
         "{starts:?}"
     );
 }
+
+/// A shared budget that hears of blocks other processes saw: once told
+/// ([`Told::hear_block`]), its inner budget holds the scope, and it says
+/// so to calls holding a grant ([`sluice::shared::SharedBudget::held`]).
+struct Told {
+    inner: InMemoryBudget,
+    heard: std::sync::atomic::AtomicBool,
+}
+
+impl Told {
+    fn hear_block(&self, scope: &str, wait: Duration) {
+        use sluice::shared::SharedBudget as _;
+        self.inner
+            .block("key", scope, wait, sluice::shared::Hold::Blocked);
+        self.heard.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl sluice::shared::SharedBudget for Told {
+    fn reserve<'a>(
+        &'a self,
+        request: sluice::shared::ReserveRequest<'a>,
+    ) -> sluice::shared::BoxFuture<'a, sluice::shared::Decision> {
+        self.inner.reserve(request)
+    }
+
+    fn refund(&self, credential: &str, grant: sluice::shared::Grant) {
+        self.inner.refund(credential, grant);
+    }
+
+    fn block(&self, credential: &str, scope: &str, wait: Duration, hold: sluice::shared::Hold) {
+        self.inner.block(credential, scope, wait, hold);
+    }
+
+    fn held(&self, _credential: &str, scopes: &[&str]) -> bool {
+        self.heard.load(std::sync::atomic::Ordering::SeqCst) && scopes.contains(&"api_key")
+    }
+}
+
+/// A call sleeping until its shared start is held by a block the budget
+/// hears of meanwhile (another process's 429): woken, it gives the grant
+/// back and asks again, and the block defers it. Nothing is sent into the
+/// block.
+#[tokio::test(start_paused = true)]
+async fn a_block_heard_while_a_call_sleeps_for_its_shared_start_holds_it() {
+    let sim = Sim::always_ok(20);
+    let credential = CredentialConfig::with_rate("1/1s".parse().unwrap()).shared(true);
+    let defaults = Defaults {
+        inline_wait: Duration::from_secs(2),
+        ..Defaults::default()
+    };
+    let budget = Arc::new(Told {
+        inner: InMemoryBudget::new(),
+        heard: std::sync::atomic::AtomicBool::new(false),
+    });
+    let gate = Arc::new(
+        Gate::builder(config_with(credential, defaults), SimExecutor(sim.clone()))
+            .shared(budget.clone())
+            .build()
+            .unwrap(),
+    );
+    assert!(gate.call(Call::new("read", json!({"n": 1}))).await.is_ok());
+    let second = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.call(Call::new("read", json!({"n": 2}))).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    budget.hear_block("api_key", Duration::from_secs(30));
+    let outcome = second.await.unwrap();
+    let Outcome::RateLimited { retry_after_ms, .. } = &outcome else {
+        panic!(
+            "held by the block: {outcome:?}, starts {:?}",
+            sim.starts_ms()
+        );
+    };
+    assert!(*retry_after_ms > 25_000, "{outcome:?}");
+    assert_eq!(sim.count(), 1, "nothing sent into the block");
+}

@@ -116,7 +116,34 @@ pub fn gate_with_burst(
 ) -> Gate<HttpExecutor> {
     let defaults = Defaults::default();
     let executor = executor(server, None);
-    build(executor, rate, burst, budget, max_in_flight, seed, defaults)
+    build(
+        executor,
+        (rate, burst, None),
+        budget,
+        max_in_flight,
+        seed,
+        defaults,
+    )
+}
+
+/// As [`gate_with_burst`], with a second window `beside` the first: its
+/// calls spend several windows at once (`spend.lua`).
+pub fn gate_with_burst_beside(
+    server: &FakeServer,
+    (rate, burst, beside): (&str, Option<u32>, &str),
+    budget: Option<Arc<RedisBudget>>,
+    max_in_flight: u32,
+    seed: u64,
+) -> Gate<HttpExecutor> {
+    let (executor, limits) = (executor(server, None), (rate, burst, Some(beside)));
+    build(
+        executor,
+        limits,
+        budget,
+        max_in_flight,
+        seed,
+        Defaults::default(),
+    )
 }
 
 /// As [`gate`], with a window margin of 100 ms. The fake counts arrivals,
@@ -132,7 +159,14 @@ pub fn gate_with_margin(
     seed: u64,
 ) -> Gate<HttpExecutor> {
     let executor = executor(server, None);
-    build(executor, rate, None, budget, max_in_flight, seed, margin())
+    build(
+        executor,
+        (rate, None, None),
+        budget,
+        max_in_flight,
+        seed,
+        margin(),
+    )
 }
 
 /// As [`gate_with_margin`], on `budget`, each request naming the mode its
@@ -158,7 +192,14 @@ pub fn gate_naming_modes(
         }
     });
     let (executor, budget) = (executor(server, Some(tag)), Some(budget));
-    build(executor, rate, None, budget, max_in_flight, seed, margin())
+    build(
+        executor,
+        (rate, None, None),
+        budget,
+        max_in_flight,
+        seed,
+        margin(),
+    )
 }
 
 /// The engine's own start times (ms on the fake's clock), as each request
@@ -216,8 +257,7 @@ pub fn modes_in(server: &FakeServer, from_ms: f64, to_ms: f64) -> Vec<((String, 
 
 fn build(
     executor: HttpExecutor,
-    rate: &str,
-    burst: Option<u32>,
+    (rate, burst, beside): (&str, Option<u32>, Option<&str>),
     budget: Option<Arc<RedisBudget>>,
     max_in_flight: u32,
     seed: u64,
@@ -229,6 +269,9 @@ fn build(
         .queue(max_in_flight * 8);
     if let Some(burst) = burst {
         credential = credential.burst(burst);
+    }
+    if let Some(beside) = beside {
+        credential = credential.window(beside.parse().unwrap());
     }
     let config = GateConfig::default()
         .defaults(defaults)

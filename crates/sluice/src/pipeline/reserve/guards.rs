@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use crate::engine::TurnState;
 use crate::limiter::Micros;
-use crate::scope::Slots;
+use crate::scope::{ScopeRef, Slots};
 use crate::shared::{Grant, SharedBudget};
 
 /// Everything one attempt holds for its start. Dropped, it gives it all
@@ -114,6 +114,15 @@ pub(super) struct SharedGrant<'a> {
     pub(super) budget: &'a dyn SharedBudget,
     pub(super) credential: &'a str,
     pub(super) grant: Option<Grant>,
+}
+
+impl SharedGrant<'_> {
+    /// Whether the budget has learned of a hold on `scopes` since it
+    /// granted this start ([`SharedBudget::held`]).
+    pub(super) fn held(&self, scopes: &[ScopeRef]) -> bool {
+        let names: Vec<&str> = scopes.iter().map(|scope| &*scope.name).collect();
+        self.budget.held(self.credential, &names)
+    }
 }
 
 impl Drop for SharedGrant<'_> {

@@ -299,7 +299,11 @@ pub(in crate::pipeline) async fn start<'a, E: Executor>(
         }
         // Only an await lets a penalty void the slots: a start taken at
         // once goes as it is (a penalty now is one a microsecond later).
-        if !(waited || shared.is_some()) || local.is_current() {
+        // A shared grant slept for is held by what the budget heard
+        // meanwhile (another process's 429) as the local slots are by
+        // this process's penalties.
+        let held = waited && shared.as_ref().is_some_and(|grant| grant.held(scopes));
+        if (!(waited || shared.is_some()) || local.is_current()) && !held {
             if waited {
                 (at, now) = engine.clock();
             }
