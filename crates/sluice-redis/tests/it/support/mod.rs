@@ -159,14 +159,8 @@ pub fn gate_with_margin(
     seed: u64,
 ) -> Gate<HttpExecutor> {
     let executor = executor(server, None);
-    build(
-        executor,
-        (rate, None, None),
-        budget,
-        max_in_flight,
-        seed,
-        margin(),
-    )
+    let limits = (rate, None, None);
+    build(executor, limits, budget, max_in_flight, seed, margin())
 }
 
 /// As [`gate_with_margin`], on `budget`, each request naming the mode its
@@ -192,14 +186,8 @@ pub fn gate_naming_modes(
         }
     });
     let (executor, budget) = (executor(server, Some(tag)), Some(budget));
-    build(
-        executor,
-        (rate, None, None),
-        budget,
-        max_in_flight,
-        seed,
-        margin(),
-    )
+    let limits = (rate, None, None);
+    build(executor, limits, budget, max_in_flight, seed, margin())
 }
 
 /// The engine's own start times (ms on the fake's clock), as each request
