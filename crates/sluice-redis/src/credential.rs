@@ -95,10 +95,14 @@ impl CredState {
     }
 
     /// Takes in what Redis said beside a spend's decision: the processes
-    /// it counted and the credential's blocks and spent quotas.
+    /// it counted, the credential's blocks and spent quotas, and the
+    /// earliest free start (as a one-window reservation's `next` says).
     pub(crate) fn told(&mut self, told: &Told) {
         self.counted(told.view.processes, told.at);
         self.holds.absorb(&told.view, told.at);
+        if told.busy.is_some() {
+            self.busy_until = told.busy;
+        }
     }
 
     /// Counts what Redis decided for a spend on `windows` (answered at

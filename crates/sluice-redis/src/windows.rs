@@ -115,10 +115,12 @@ pub(crate) enum Asked {
 
 /// What Redis said of the credential beside a decision: the processes
 /// it counted (0: unknown) and its active holds, their waits counted from
-/// `at` on this process's clock.
+/// `at` on this process's clock; and, when it said so, that no start of
+/// the spend is free before `busy` (the fallback starts no sooner).
 pub(crate) struct Told {
     pub(crate) view: View,
     pub(crate) at: Instant,
+    pub(crate) busy: Option<Instant>,
 }
 
 impl Told {
@@ -127,6 +129,7 @@ impl Told {
         Told {
             view: View::default(),
             at: Instant::now(),
+            busy: None,
         }
     }
 }
@@ -394,6 +397,7 @@ impl Spends {
             Ok(Seen {
                 spent: Spent::Granted { wait },
                 view,
+                next,
                 start,
                 buckets,
                 further,
@@ -433,7 +437,15 @@ impl Spends {
                         token: format!("{PREFIX}{member}"),
                     },
                 };
-                Asked::Decided(decision, Told { view, at: base })
+                let busy = next.map(|next| after(base, Duration::from_micros(next)));
+                Asked::Decided(
+                    decision,
+                    Told {
+                        view,
+                        at: base,
+                        busy,
+                    },
+                )
             }
             Ok(Seen {
                 spent: Spent::Held { wait, scope, hold },
@@ -442,7 +454,11 @@ impl Spends {
             }) => {
                 let index = scope.min(request.scopes.len().saturating_sub(1));
                 let wait = Duration::from_micros(wait);
-                let told = Told { view, at: received };
+                let told = Told {
+                    view,
+                    at: received,
+                    busy: None,
+                };
                 Asked::Decided(denied(request, index, wait, hold), told)
             }
             Ok(Seen {
@@ -453,12 +469,17 @@ impl Spends {
                 let index = Self::scope_index(request, budget);
                 let wait = Duration::from_micros(wait);
                 // Only a denial from now says nothing fits before its wait.
-                if not_before.is_zero()
+                let busy = not_before.is_zero().then(|| received + wait);
+                if let Some(until) = busy
                     && let Some(denying) = budgets.get(budget)
                 {
-                    self.remember_busy(request.credential, denying, Instant::now() + wait);
+                    self.remember_busy(request.credential, denying, until);
                 }
-                let told = Told { view, at: received };
+                let told = Told {
+                    view,
+                    at: received,
+                    busy,
+                };
                 Asked::Decided(denied(request, index, wait, Hold::Rate), told)
             }
             // A cost that can never fit is refused before Redis is asked;

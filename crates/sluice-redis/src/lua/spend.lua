@@ -51,14 +51,17 @@
 --       T = ceil(window / limit), tau = (burst - 1) T, a start at t
 --       spending c allowed when t >= tat + (c - 1) T - tau), then the
 --       call's scope fields (key parts), for its blocks and quotas
--- Reply: {1, wait µs, 0, processes, blocks, quotas, start µs, n further
---        starts, their starts µs, then per GCRA budget: its index
---        (1-based), tat before, tat after} or {0, wait µs, index,
+-- Reply: {1, wait µs, 0, processes, blocks, quotas, next µs, start µs,
+--        n further starts, their starts µs, then per GCRA budget: its
+--        index (1-based), tat before, tat after} or {0, wait µs, index,
 --        processes, blocks, quotas, 'rate'|'blocked'|'quota'}, where the
 --        index (1-based) is, for 'rate', the budget that decided it (the
 --        one whose window frees last, or whose latest grant the call must
 --        follow), else the scope held; blocks and quotas are {field, µs
---        from now, ...} for every active one (processes: those in the
+--        from now, ...} for every active one, and next is how far from
+--        now the same spend's earliest start lies once this one (and its
+--        lease) is charged: the caller's process knows no start is free
+--        before it (processes: those in the
 --        heartbeat set, 0 without a heartbeat; the fallback's share is one
 --        over them)
 
@@ -267,8 +270,9 @@ for k = 2, slots do
   further[#further + 1] = at
 end
 
+local next_start = place(math.max(now, blocked)) - now
 put_back()
-local reply = {1, wait, 0, processes, block_list, quota_list, common, #further}
+local reply = {1, wait, 0, processes, block_list, quota_list, next_start, common, #further}
 for _, at in ipairs(further) do reply[#reply + 1] = at end
 for i, b in ipairs(budgets) do
   if b.burst > 0 then

@@ -38,17 +38,18 @@ pub(super) fn parse_spent(value: &Value, budgets: usize) -> Result<Seen, Error> 
         view.quotas = pairs(quotas)?;
     }
     let spent = parse_decision(value, items, budgets)?;
-    let start = field(6).unwrap_or(0);
+    let next = field(6);
+    let start = field(7).unwrap_or(0);
     if let Spent::Granted { wait } = spent {
         view.now = start.checked_sub(wait);
     }
-    let count = field(7).and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
-    let further = (8..8 + count)
+    let count = field(8).and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+    let further = (9..9 + count)
         .map(field)
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| Error::Reply(format!("unexpected spend reply {value:?}")))?;
     let mut buckets = Vec::new();
-    let mut at = 8 + count;
+    let mut at = 9 + count;
     while items.len() >= at + 3 {
         let (Some(index), Some(before), Some(after)) = (field(at), field(at + 1), field(at + 2))
         else {
@@ -69,6 +70,7 @@ pub(super) fn parse_spent(value: &Value, budgets: usize) -> Result<Seen, Error> 
     Ok(Seen {
         spent,
         view,
+        next,
         start,
         buckets,
         further,
@@ -111,6 +113,10 @@ mod tests {
     #[test]
     fn replies_parse() {
         let seen = |spent, processes, start: u64, buckets| Seen {
+            next: match spent {
+                Spent::Granted { .. } => Some(0),
+                _ => None,
+            },
             view: View {
                 processes,
                 now: match spent {
@@ -124,10 +130,12 @@ mod tests {
             buckets,
             further: vec![],
         };
+        // A reply cut short says no more than its decision.
         let granted = Value::Array(vec![Value::Int(1), Value::Int(250)]);
+        let short = parse_spent(&granted, 2).unwrap();
         assert_eq!(
-            parse_spent(&granted, 2),
-            Ok(seen(Spent::Granted { wait: 250 }, 0, 0, vec![]))
+            (short.spent, short.next),
+            (Spent::Granted { wait: 250 }, None)
         );
         let ints = |v: &[i64]| v.iter().map(|n| Value::Int(*n)).collect::<Vec<_>>();
         // The four leading fields, no holds, then `tail`.
@@ -137,7 +145,7 @@ mod tests {
             items.extend(ints(tail));
             Value::Array(items)
         };
-        let bucket = reply(&[1, 5, 0, 3], &[1_005, 0, 2, 900, 1_200]);
+        let bucket = reply(&[1, 5, 0, 3], &[0, 1_005, 0, 2, 900, 1_200]);
         let expected = Bucket {
             budget: 1,
             before: 900,
@@ -154,14 +162,15 @@ mod tests {
         );
         let out_of_range = reply(&[0, 9, 3, 0], &[]);
         assert!(parse_spent(&out_of_range, 2).is_err());
-        assert!(parse_spent(&reply(&[1, 5, 0, 3], &[1_005, 0, 3, 1, 2]), 2).is_err());
-        let leased = reply(&[1, 5, 0, 1], &[1_005, 2, 1_105, 1_205]);
+        assert!(parse_spent(&reply(&[1, 5, 0, 3], &[0, 1_005, 0, 3, 1, 2]), 2).is_err());
+        let leased = reply(&[1, 5, 0, 1], &[1_300, 1_005, 2, 1_105, 1_205]);
+        let leased = parse_spent(&leased, 1).unwrap();
         assert_eq!(
-            parse_spent(&leased, 1).map(|seen| seen.further),
-            Ok(vec![1_105, 1_205])
+            (leased.further, leased.next),
+            (vec![1_105, 1_205], Some(1_300))
         );
         // Fewer further starts than it says.
-        assert!(parse_spent(&reply(&[1, 5, 0, 1], &[1_005, 3, 1_105]), 1).is_err());
+        assert!(parse_spent(&reply(&[1, 5, 0, 1], &[0, 1_005, 3, 1_105]), 1).is_err());
         // A block holds it: the scope's index, not a budget's, and the holds.
         let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let held = Value::Array(vec![

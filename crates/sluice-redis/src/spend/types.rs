@@ -140,6 +140,9 @@ pub struct Seen {
     /// active block and spent quota of the credential, from the script's
     /// now (known for a grant: its start less its wait).
     pub view: View,
+    /// Granted: how far from the script's now the same spend's earliest
+    /// start lies after this one and its lease (µs).
+    pub next: Option<Micros>,
     /// Granted: the start, µs on the server's clock.
     pub start: Micros,
     /// Granted: what it did to each GCRA budget.

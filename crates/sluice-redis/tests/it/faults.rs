@@ -78,7 +78,7 @@ async fn killing_redis_falls_back_and_restarting_it_recovers() {
             // than the default 20 ms margin covers; the 100 ms one keeps
             // this a test of the accounting, not of the scheduler.
             // Each start names its process and mode (for the printout).
-            let gate = gate_naming_modes(&server, RATE, b.clone(), 32, i as u64, None);
+            let gate = gate_naming_modes(&server, (RATE, None), b.clone(), 32, i as u64, None);
             tokio::spawn(drive(gate, name, 16, until, Duration::from_millis(200)))
         })
         .collect();

@@ -82,7 +82,7 @@ async fn a_reservation_that_timed_out_is_settled_before_anything_is_spent_for_it
         .zip(["a", "b"])
         .enumerate()
         .map(|(i, (b, name))| {
-            let gate = gate_naming_modes(&server, RATE, b.clone(), 32, i as u64, None);
+            let gate = gate_naming_modes(&server, (RATE, None), b.clone(), 32, i as u64, None);
             tokio::spawn(drive(gate, name, 24, until, Duration::from_millis(100)))
         })
         .collect();

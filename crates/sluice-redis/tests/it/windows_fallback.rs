@@ -217,3 +217,71 @@ async fn redis_down_holds_every_window_and_group_at_the_share() {
     assert!(requests <= 4, "two shares of 2/1s: {requests}, {summary}");
     assert!(searches <= 2, "two shares of 1/1s: {searches}, {summary}");
 }
+
+/// Redis said moments ago that no start of a spend is free for about a
+/// second (another process spent the window): when Redis goes away, this
+/// process's fallback starts no sooner than that, whatever room its own
+/// share has. (As a one-window reservation's `next` does.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_starts_no_sooner_than_redis_last_said_a_start_was_free() {
+    let _turn = crate::support::module_turn(module_path!());
+    use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedWindow};
+    let mut server = RedisServer::start();
+    let connect = || async {
+        Arc::new(
+            RedisBudget::connect(redis_config(&server.url()))
+                .await
+                .unwrap(),
+        )
+    };
+    let (a, b) = (connect().await, connect().await);
+    let window = |rate: &str| SharedWindow {
+        scope: "api_key".into(),
+        unit: None,
+        index: 0,
+        rate: rate.parse().unwrap(),
+        cost: 1,
+        low: false,
+        burst: None,
+    };
+    let windows = [
+        window("5/1s"),
+        SharedWindow {
+            index: 1,
+            ..window("100/1h")
+        },
+    ];
+    let request = |max_wait| ReserveRequest {
+        credential: "key",
+        scopes: &["api_key"],
+        limit: None,
+        windows: &windows,
+        not_before: Duration::ZERO,
+        max_wait,
+        late_start: support::LATE_START,
+        priority: sluice::Priority::Normal,
+    };
+    // The other process spends the window (its leased starts a few ms ahead).
+    for _ in 0..5 {
+        let decision = b.reserve(request(Duration::from_millis(100))).await;
+        assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
+    }
+    // This one is told nothing is free for about a second.
+    let decision = a.reserve(request(Duration::ZERO)).await;
+    let Decision::Denied { wait, .. } = decision else {
+        panic!("the window is full: {decision:?}");
+    };
+    assert!(wait > Duration::from_millis(800), "{wait:?}");
+    server.kill();
+    // Redis away: decided locally, at a share of one half (2 a second,
+    // room for a start at once), but no sooner than Redis said.
+    let decision = a.reserve(request(Duration::from_secs(2))).await;
+    let Decision::Granted { wait, .. } = decision else {
+        panic!("the fallback grants within 2 s: {decision:?}");
+    };
+    assert!(
+        wait > Duration::from_millis(700),
+        "a local start at {wait:?}"
+    );
+    assert_eq!(support::key_mode(&a), Mode::Fallback);
+}

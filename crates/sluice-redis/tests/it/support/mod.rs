@@ -163,12 +163,13 @@ pub fn gate_with_margin(
     build(executor, limits, budget, max_in_flight, seed, margin())
 }
 
-/// As [`gate_with_margin`], on `budget`, each request naming the mode its
+/// As [`gate_with_margin`] (with a second window `beside` the first when
+/// given), on `budget`, each request naming the mode its
 /// credential `key` was in as it was sent (`m=shared` or `m=fallback`):
 /// [`modes_in`] counts them.
 pub fn gate_naming_modes(
     server: &FakeServer,
-    rate: &str,
+    (rate, beside): (&str, Option<&str>),
     budget: Arc<RedisBudget>,
     max_in_flight: u32,
     seed: u64,
@@ -186,7 +187,7 @@ pub fn gate_naming_modes(
         }
     });
     let (executor, budget) = (executor(server, Some(tag)), Some(budget));
-    let limits = (rate, None, None);
+    let limits = (rate, None, beside);
     build(executor, limits, budget, max_in_flight, seed, margin())
 }
 
