@@ -205,8 +205,9 @@ impl Spends {
     /// How many starts to ask for (the call's own among them), and how far
     /// ahead the others may lie: grown and shrunk with demand as a request
     /// window's lease is, capped at this process's fair share of the
-    /// tightest budget, reaching twice the time the slowest budget takes to
-    /// admit them and at most its shortest window.
+    /// tightest budget, reaching (after the call's own start) twice the
+    /// time the slowest budget takes to admit them and at most its
+    /// shortest window.
     fn lease<'a>(
         &self,
         key: &SpendKey,

@@ -19,8 +19,11 @@
 --
 -- A lease asks for several starts of the same spend at once (`slots`):
 -- the first as above, each further one at its own earliest common start
--- after the one before, no sooner than `lead` and no later than `horizon`
--- from now, as its own member (`{member}+{k}`). Every start of a lease is
+-- after the one before, no sooner than `lead` from now and no later than
+-- `horizon` after the call's own start (on a saturated key that start is
+-- itself a window away: measured from now, no further start would fit
+-- and every call would cost a round trip), as its own member
+-- (`{member}+{k}`). Every start of a lease is
 -- charged in every budget, so a lease counts in every window and unit
 -- exactly as that many calls would. A lease never holds a GCRA budget (a
 -- bucket gives a slot back only while nothing was charged after it).
@@ -265,7 +268,7 @@ end
 floor = math.max(now + math.max(not_before, lead), blocked)
 for k = 2, slots do
   local at = place(floor)
-  if at - now > horizon then break end
+  if at - common > horizon then break end
   charge(at, member .. '+' .. int(k))
   further[#further + 1] = at
 end

@@ -175,7 +175,7 @@ pub struct Window<'a> {
 pub struct Lease<'a> {
     /// Starts in all, at least 1 (the call's own among them).
     pub slots: u32,
-    /// A further start lies at most this far from now, µs.
+    /// A further start lies at most this far after the call's own, µs.
     pub horizon: Micros,
     /// And at least this far (a start due sooner finds no caller).
     pub lead: Micros,

@@ -265,3 +265,56 @@ async fn a_burst_of_n_calls_at_n_per_window_all_start() {
     }
     assert_eq!(granted, 10, "{denied:?} {:?}", budget.status());
 }
+
+/// As [`three_processes_spend_one_rate_with_few_round_trips`], on a
+/// credential whose calls spend a second, long window beside the first
+/// (`spend.lua`, which leases spends): the promise holds summed over the
+/// processes, and leases serve most calls. A saturated key's next start
+/// is about a window away, so a lease's further starts are placed within
+/// its horizon of the call's own start, not of now: from now, none fit,
+/// and every call cost a round trip (0.50 per admitted call; 0.14 since).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_on_several_windows_spend_one_rate_with_few_round_trips() {
+    let _turn = crate::support::module_turn(module_path!());
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    let server = fake(10_000).await;
+    let mut budgets = Vec::new();
+    for _ in 0..PROCESSES {
+        // As above: a second for a reply on a loaded machine.
+        let config = redis_config(&redis.url()).timeout(Duration::from_secs(1));
+        budgets.push(budget(config).await);
+    }
+    let limits = (RATE, None, "100000/1h");
+    let gates: Vec<_> = budgets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| gate_with_burst_beside(&server, limits, Some(b.clone()), 32, i as u64))
+        .collect();
+    redis.reset_stats();
+    let until = Instant::now() + Duration::from_secs(4);
+    let runs = gates
+        .into_iter()
+        .zip(["a", "b", "c"])
+        .map(|(gate, name)| {
+            let backoff = Duration::from_millis(200);
+            tokio::spawn(drive(gate, name, WORKERS, until, backoff))
+        })
+        .collect::<Vec<_>>();
+    let mut ok = 0;
+    for run in runs {
+        ok += run.await.unwrap().outcomes.get("ok").copied().unwrap_or(0);
+    }
+    let starts = starts(&server);
+    let busiest = max_in_window(&starts, 1_000.0);
+    let per_call = redis.round_trips() as f64 / ok as f64;
+    eprintln!(
+        "several windows: {} starts in 4 s, busiest 1 s window {busiest} (R = {R}), \
+         {ok} ok calls, {per_call:.3} round trips per admitted call",
+        starts.len()
+    );
+    assert!(busiest <= R, "busiest window {busiest} > {R}: {starts:?}");
+    assert!(starts.len() >= 3 * R, "only {} starts", starts.len());
+    assert!(server.api().stats().throttled == 0);
+    assert!(per_call < 0.3, "{per_call} round trips per admitted call");
+}

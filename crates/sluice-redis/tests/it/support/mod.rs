@@ -126,8 +126,9 @@ pub fn gate_with_burst(
     )
 }
 
-/// As [`gate_with_burst`], with a second window `beside` the first: its
-/// calls spend several windows at once (`spend.lua`).
+/// As [`gate_with_burst`], with a second window `beside` the first (its
+/// calls spend several windows at once, `spend.lua`) and the 100 ms margin
+/// of [`gate_with_margin`].
 pub fn gate_with_burst_beside(
     server: &FakeServer,
     (rate, burst, beside): (&str, Option<u32>, &str),
@@ -136,14 +137,7 @@ pub fn gate_with_burst_beside(
     seed: u64,
 ) -> Gate<HttpExecutor> {
     let (executor, limits) = (executor(server, None), (rate, burst, Some(beside)));
-    build(
-        executor,
-        limits,
-        budget,
-        max_in_flight,
-        seed,
-        Defaults::default(),
-    )
+    build(executor, limits, budget, max_in_flight, seed, margin())
 }
 
 /// As [`gate`], with a window margin of 100 ms. The fake counts arrivals,
