@@ -483,6 +483,16 @@ impl SharedBudget for InMemoryBudget {
         }
     }
 
+    fn held(&self, credential: &str, scopes: &[&str]) -> bool {
+        let now = self.now();
+        let state = self.state.lock();
+        scopes.iter().any(|scope| {
+            state.get(&key(credential, scope)).is_some_and(|entry| {
+                entry.quota_until > now || entry.cell.blocked_until(now).is_some()
+            })
+        })
+    }
+
     fn block(&self, credential: &str, scope: &str, wait: Duration, hold: Hold) {
         let now = self.now();
         let until = now.saturating_add(micros(wait));

@@ -92,6 +92,49 @@ async fn a_penalty_one_process_learns_holds_the_other() {
     assert!(starts[1] >= 3_000.0, "{starts:?}");
 }
 
+/// A 429 one process sees holds the call another process is sleeping
+/// for: woken at its granted start, it asks again and the block defers
+/// it, nothing sent into the block.
+#[tokio::test(start_paused = true)]
+async fn a_penalty_one_process_learns_holds_the_others_sleeping_call() {
+    // A's request is answered 429 after 300 ms; the rest at once.
+    let sim = Sim::new(|_, request| {
+        if request.payload["a"] == 1 {
+            Reply::status(429)
+                .header("retry-after", "30")
+                .latency_ms(300)
+        } else {
+            Reply::ok(10)
+        }
+    });
+    let budget = Arc::new(InMemoryBudget::new());
+    let gate = |seed| {
+        let credential = CredentialConfig::with_rate("2/1s".parse().unwrap()).shared(true);
+        let defaults = Defaults {
+            inline_wait: Duration::from_secs(2),
+            ..Defaults::default()
+        };
+        Gate::builder(config_with(credential, defaults), SimExecutor(sim.clone()))
+            .seed(seed)
+            .shared(budget.clone())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (Arc::new(gate(1)), Arc::new(gate(2)));
+    let penalized = tokio::spawn({
+        let a = a.clone();
+        async move { a.call(Call::new("read", json!({"a": 1}))).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(b.call(Call::new("read", json!({"b": 1}))).await.is_ok());
+    // The window is spent: B's next call sleeps for a start a second out,
+    // and A's 429 comes while it sleeps.
+    let outcome = b.call(Call::new("read", json!({"b": 2}))).await;
+    assert_eq!(outcome.status(), "rate_limited", "{outcome:?}");
+    assert_eq!(penalized.await.unwrap().status(), "rate_limited");
+    assert_eq!(sim.count(), 2, "nothing sent into the block");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_quota_one_process_finds_spent_is_spent_for_all() {
     let sim = Sim::new(|n, _| {
