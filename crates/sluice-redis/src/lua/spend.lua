@@ -98,13 +98,11 @@ end
 
 local block_list, blocks = active(KEYS[count + 3], now)
 local quota_list, quotas = active(KEYS[count + 4], now)
--- The call's scopes: a spent quota denies it; the latest block holds it.
-local blocked, blocked_scope = 0, 0
+-- The call's scopes: the first whose quota is spent, and the latest block.
+local blocked, blocked_scope, spent, spent_scope = 0, 0, nil, 0
 for i = first + count * 4 + 1, #ARGV do
   local scope, index = ARGV[i], i - first - count * 4
-  if quotas[scope] then
-    return {0, quotas[scope] - now, index, processes, block_list, quota_list, 'quota'}
-  end
+  if quotas[scope] and not spent then spent, spent_scope = quotas[scope], index end
   if (blocks[scope] or 0) > blocked then blocked, blocked_scope = blocks[scope], index end
 end
 
@@ -150,6 +148,12 @@ for _, b in ipairs(budgets) do
 end
 local function put_back()
   for _, a in ipairs(aside) do redis.call('ZADD', a[1], a[2], a[3]) end
+end
+
+-- A spent quota denies it (the stale starts above are given back all the same).
+if spent then
+  put_back()
+  return {0, spent - now, spent_scope, processes, block_list, quota_list, 'quota'}
 end
 
 -- The earliest start at or after `floor` at which every budget has room,
