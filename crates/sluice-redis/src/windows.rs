@@ -211,7 +211,7 @@ impl Spends {
     fn lease<'a>(
         &self,
         key: &SpendKey,
-        leasing: Option<Leasing>,
+        (leasing, max_wait): (Option<Leasing>, Duration),
         stale: &'a [String],
         now: Instant,
     ) -> Lease<'a> {
@@ -220,7 +220,10 @@ impl Spends {
             stale,
             ..Lease::ONE
         };
-        let Some(leasing) = leasing.filter(|l| l.max_lease > 1) else {
+        // Further starts lie at least `LEAD` ahead: callers who cannot
+        // wait that long (this one's kind) could use none of them, and a
+        // burst of them would find the window taken by its own lease.
+        let Some(leasing) = leasing.filter(|l| l.max_lease > 1 && max_wait >= LEAD) else {
             return one;
         };
         if budgets.is_empty() || budgets.iter().any(|b| b.burst.is_some() || b.cost == 0) {
@@ -349,7 +352,7 @@ impl Spends {
             .cloned()
             .chain(moving.map(|m| format!("!{m}")))
             .collect();
-        let lease = self.lease(&key, leasing, &sent, now);
+        let lease = self.lease(&key, (leasing, max_wait), &sent, now);
         let keys = runner.store().keys(request.credential);
         let parts: Vec<String> = request.scopes.iter().map(|s| part(s)).collect();
         let asked = Window {

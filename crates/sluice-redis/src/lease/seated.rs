@@ -94,7 +94,10 @@ pub(crate) async fn hold_by_priority(
     } else {
         at
     };
-    if at > latest {
+    // A slot due by the time the answer came starts now: the round trip
+    // put it a moment past a `latest` read before it (the window margin
+    // covers that), which is no wait.
+    if at > latest && at > Instant::now() {
         slot.give_back();
         return SlotEnd::Late(at);
     }
@@ -113,7 +116,7 @@ pub(crate) async fn hold_by_priority(
         let Some((at, obtained)) = sitting.look(|slot| slot.obtained) else {
             return SlotEnd::Voided;
         };
-        if at > latest {
+        if at > latest && at > Instant::now() {
             return SlotEnd::Moved(at);
         }
         let kept = tokio::select! {

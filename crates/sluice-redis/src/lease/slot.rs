@@ -112,7 +112,11 @@ impl Leases {
         not_before: Instant,
         latest: Instant,
     ) -> Obtained {
-        let leases = self.max_lease() > 1;
+        // A lease's slots beyond the callers present lie at least `LEAD`
+        // ahead: a call that cannot wait that long leases nothing (its
+        // kind could use none of them, and a burst of them would find the
+        // window taken by its own lease).
+        let leases = self.max_lease() > 1 && since(latest, Instant::now()) >= LEAD;
         for round in 0..ROUNDS {
             let reserved = cred.reserved.notified();
             tokio::pin!(reserved);
@@ -140,7 +144,12 @@ impl Leases {
                 // Redis said moments ago that nothing is free before
                 // `busy_until`: a call that cannot wait that long is told
                 // so without a round trip.
-                if let Some(busy) = state.busy_until.filter(|busy| latest < *busy) {
+                // (A start free by now is free: the answer that said so
+                // came a moment after this call read its `latest`.)
+                if let Some(busy) = state
+                    .busy_until
+                    .filter(|busy| latest < *busy && *busy > now)
+                {
                     state.decisions.denied += 1;
                     return Obtained::Denied(denied(request, 0, since(busy, now), Hold::Rate));
                 }

@@ -625,3 +625,47 @@ async fn a_block_set_before_a_process_started_holds_its_calls() {
         );
     }
 }
+
+/// `inline_wait = 0`: a turn of ten calls at once on a shared 10/1s key
+/// all start, as on a local one, whatever the credential's shape. Before,
+/// none did on one window and one to four on several: a start due "now"
+/// in Redis came back a moment past the `latest` each call read before
+/// asking (the round trip), so it counted as a wait; and the first call's
+/// lease took the window for starts at least 20 ms ahead, which no call
+/// that cannot wait could use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_that_will_not_wait_starts_whole_at_the_rate() {
+    let _turn = crate::support::module_turn(module_path!());
+    let ten = || CredentialConfig::with_rate("10/1s".parse().unwrap());
+    for (shape, credential) in [
+        ("one window", ten()),
+        ("several", ten().window("1000/1h".parse().unwrap())),
+    ] {
+        let server = RedisServer::start();
+        let recorder = Recorder {
+            began: Instant::now(),
+            starts: Arc::new(Mutex::new(Vec::new())),
+        };
+        let config = GateConfig::default()
+            .defaults(Defaults {
+                inline_wait: Duration::ZERO,
+                ..Defaults::default()
+            })
+            .credential("key", credential.shared(true).max_in_flight(20))
+            .tool("chat", ToolConfig::read("key"));
+        let gate = Gate::builder(config, recorder.clone())
+            .seed(1)
+            .shared(connect(&server).await)
+            .build()
+            .unwrap();
+        for round in 0..2 {
+            let calls = (0..10).map(|n| Call::new("chat", json!({ "n": n, "round": round })));
+            let outcomes = gate.turn().run(calls).await;
+            let ok = outcomes.iter().filter(|o| o.status() == "ok").count();
+            assert_eq!(ok, 10, "{shape}, round {round}: {outcomes:?}");
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+        }
+        let starts = recorder.starts.lock().clone();
+        assert!(max_in_window(&starts, 1_000.0) <= 10, "{shape}: {starts:?}");
+    }
+}
