@@ -7,7 +7,8 @@ use crate::support;
 use std::time::Duration;
 
 use http::{HeaderValue, StatusCode, header::RETRY_AFTER};
-use sluice_fake::{Reply, Rule};
+use sluice::Gate;
+use sluice_fake::{FakeServer, Reply, Rule};
 use sluice_redis::Mode;
 use support::*;
 use tokio::time::Instant;
@@ -25,40 +26,13 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 async fn three_processes_spend_one_rate_with_few_round_trips() {
     let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
-    let redis = RedisServer::start();
-    let server = fake(10_000).await;
-    let mut budgets = Vec::new();
-    for _ in 0..PROCESSES {
-        // A test of Redis answering: a second for a reply, so that a
-        // loaded machine's stall is not a failed command (the fallback
-        // has tests of its own, in faults.rs and local_starts.rs).
-        let config = redis_config(&redis.url()).timeout(Duration::from_secs(1));
-        budgets.push(budget(config).await);
-    }
-    let gates: Vec<_> = budgets
-        .iter()
-        .enumerate()
-        .map(|(i, b)| gate_with_margin(&server, RATE, Some(b.clone()), 32, i as u64))
-        .collect();
-    redis.reset_stats();
-    let until = Instant::now() + Duration::from_secs(4);
-    let runs = gates
-        .into_iter()
-        .zip(["a", "b", "c"])
-        .map(|(gate, name)| {
-            tokio::spawn(drive(
-                gate,
-                name,
-                WORKERS,
-                until,
-                Duration::from_millis(200),
-            ))
-        })
-        .collect::<Vec<_>>();
-    let mut seen = Vec::new();
-    for run in runs {
-        seen.push(run.await.unwrap());
-    }
+    let Driven3 {
+        redis,
+        server,
+        budgets,
+        seen,
+    } = three_driven(|server, budget, seed| gate_with_margin(server, RATE, Some(budget), 32, seed))
+        .await;
     let starts = starts(&server);
     let busiest = max_in_window(&starts, 1_000.0);
     let ok: usize = seen
@@ -277,34 +251,20 @@ async fn a_burst_of_n_calls_at_n_per_window_all_start() {
 async fn three_processes_on_several_windows_spend_one_rate_with_few_round_trips() {
     let _turn = crate::support::module_turn(module_path!());
     let _serial = SERIAL.lock().await;
-    let redis = RedisServer::start();
-    let server = fake(10_000).await;
-    let mut budgets = Vec::new();
-    for _ in 0..PROCESSES {
-        // As above: a second for a reply on a loaded machine.
-        let config = redis_config(&redis.url()).timeout(Duration::from_secs(1));
-        budgets.push(budget(config).await);
-    }
     let limits = (RATE, None, "100000/1h");
-    let gates: Vec<_> = budgets
+    let Driven3 {
+        redis,
+        server,
+        seen,
+        ..
+    } = three_driven(|server, budget, seed| {
+        gate_with_burst_beside(server, limits, Some(budget), 32, seed)
+    })
+    .await;
+    let ok: usize = seen
         .iter()
-        .enumerate()
-        .map(|(i, b)| gate_with_burst_beside(&server, limits, Some(b.clone()), 32, i as u64))
-        .collect();
-    redis.reset_stats();
-    let until = Instant::now() + Duration::from_secs(4);
-    let runs = gates
-        .into_iter()
-        .zip(["a", "b", "c"])
-        .map(|(gate, name)| {
-            let backoff = Duration::from_millis(200);
-            tokio::spawn(drive(gate, name, WORKERS, until, backoff))
-        })
-        .collect::<Vec<_>>();
-    let mut ok = 0;
-    for run in runs {
-        ok += run.await.unwrap().outcomes.get("ok").copied().unwrap_or(0);
-    }
+        .map(|s| s.outcomes.get("ok").copied().unwrap_or(0))
+        .sum();
     let starts = starts(&server);
     let busiest = max_in_window(&starts, 1_000.0);
     let per_call = redis.round_trips() as f64 / ok as f64;
@@ -317,4 +277,52 @@ async fn three_processes_on_several_windows_spend_one_rate_with_few_round_trips(
     assert!(starts.len() >= 3 * R, "only {} starts", starts.len());
     assert!(server.api().stats().throttled == 0);
     assert!(per_call < 0.3, "{per_call} round trips per admitted call");
+}
+
+/// What [`three_driven`] ran on, and what each of its drivers saw.
+struct Driven3 {
+    redis: RedisServer,
+    server: FakeServer,
+    budgets: Vec<std::sync::Arc<sluice_redis::RedisBudget>>,
+    seen: Vec<Driven>,
+}
+
+/// Three processes on one Redis, each a gate `gate` makes on its own
+/// budget (a second for a reply: a test of Redis answering, so that a
+/// loaded machine's stall is not a failed command; the fallback has tests
+/// of its own, in faults.rs and local_starts.rs), driven hard for 4 s;
+/// Redis's statistics count from the drive's start.
+async fn three_driven(
+    gate: impl Fn(&FakeServer, std::sync::Arc<sluice_redis::RedisBudget>, u64) -> Gate<HttpExecutor>,
+) -> Driven3 {
+    let redis = RedisServer::start();
+    let server = fake(10_000).await;
+    let mut budgets = Vec::new();
+    for _ in 0..PROCESSES {
+        let config = redis_config(&redis.url()).timeout(Duration::from_secs(1));
+        budgets.push(budget(config).await);
+    }
+    let gates: Vec<_> = budgets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| gate(&server, b.clone(), i as u64))
+        .collect();
+    redis.reset_stats();
+    let until = Instant::now() + Duration::from_secs(4);
+    let backoff = Duration::from_millis(200);
+    let runs: Vec<_> = gates
+        .into_iter()
+        .zip(["a", "b", "c"])
+        .map(|(gate, name)| tokio::spawn(drive(gate, name, WORKERS, until, backoff)))
+        .collect();
+    let mut seen = Vec::new();
+    for run in runs {
+        seen.push(run.await.unwrap());
+    }
+    Driven3 {
+        redis,
+        server,
+        budgets,
+        seen,
+    }
 }

@@ -59,7 +59,8 @@ impl Drop for ModuleTurn {
     }
 }
 
-use http_executor::{HttpExecutor, Tag};
+pub use http_executor::HttpExecutor;
+use http_executor::Tag;
 
 pub use sluice_testkit::{RedisCluster, RedisServer, busiest_window, max_in_window};
 
