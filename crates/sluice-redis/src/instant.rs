@@ -19,3 +19,11 @@ pub(crate) fn after(instant: Instant, wait: Duration) -> Instant {
 pub(crate) fn since(later: Instant, earlier: Instant) -> Duration {
     later.saturating_duration_since(earlier)
 }
+
+/// Whether a start at `at` lies past `latest` and is not yet due at `now`.
+/// A caller reads its `latest` before asking Redis; a start Redis made for
+/// "now" comes back a moment past it (the round trip), and a start due by
+/// the time the answer came is no wait, whatever `latest` said.
+pub(crate) fn beyond(at: Instant, latest: Instant, now: Instant) -> bool {
+    at > latest && at > now
+}

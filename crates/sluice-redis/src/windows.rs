@@ -40,7 +40,10 @@ use crate::store::{Clock, View};
 use crate::unknown;
 use crate::worker::Jobs;
 
+mod denials;
 mod settle;
+
+use denials::Denials;
 
 /// How long what a member charged is kept for its refund or settle: a
 /// call's answer comes within its deadline, far less than this.
@@ -59,10 +62,8 @@ pub(crate) struct Spends {
     heartbeat: u64,
     next: AtomicU64,
     held: Mutex<HashMap<String, MemberCharge>>,
-    /// Denials Redis gave moments ago: nothing spending at least `cost` in
-    /// the budget starts before `until`. A call that cannot wait that long
-    /// is told so without a round trip (as leases do for one window).
-    busy: Mutex<Vec<Busy>>,
+    /// Denials Redis gave moments ago, for calls that cannot outwait them.
+    denials: Denials,
     /// Leased starts waiting for this process's callers, by spend.
     pools: Mutex<HashMap<SpendKey, Pool<String>>>,
 }
@@ -81,15 +82,6 @@ pub(crate) struct Leasing {
     pub(crate) max_lease: u32,
     /// Processes on the credential, as Redis last counted them.
     pub(crate) processes: u32,
-}
-
-/// One remembered denial.
-#[derive(Debug, Clone)]
-struct Busy {
-    credential: String,
-    budget: String,
-    cost: u64,
-    until: Instant,
 }
 
 /// What one member (a granted spend) charged, for its refund or settle.
@@ -147,7 +139,7 @@ impl Spends {
             heartbeat: micros(heartbeat),
             next: AtomicU64::new(0),
             held: Mutex::new(HashMap::new()),
-            busy: Mutex::new(Vec::new()),
+            denials: Denials::default(),
             pools: Mutex::new(HashMap::new()),
         }
     }
@@ -251,47 +243,6 @@ impl Spends {
         }
     }
 
-    /// A remembered denial that outlasts `latest` for one of `budgets`:
-    /// the window's position in the request and the start it allows.
-    fn known_busy(
-        &self,
-        credential: &str,
-        budgets: &[Budget],
-        now: Instant,
-        latest: Instant,
-    ) -> Option<(usize, Instant)> {
-        let mut busy = self.busy.lock();
-        busy.retain(|b| b.until > now);
-        budgets.iter().enumerate().find_map(|(index, budget)| {
-            busy.iter()
-                .find(|b| {
-                    b.credential == credential
-                        && b.budget == budget.name
-                        && b.cost <= budget.cost
-                        && b.until > latest
-                })
-                .map(|b| (index, b.until))
-        })
-    }
-
-    /// Remembers Redis's denial on `budget`: nothing spending `cost` there before `until`.
-    fn remember_busy(&self, credential: &str, budget: &Budget, until: Instant) {
-        let mut busy = self.busy.lock();
-        busy.retain(|b| !(b.credential == credential && b.budget == budget.name));
-        busy.push(Busy {
-            credential: credential.to_owned(),
-            budget: budget.name.clone(),
-            cost: budget.cost,
-            until,
-        });
-    }
-
-    /// Room was given back on `credential` (a refund, a settle below the
-    /// estimate): what was remembered may start earlier now.
-    fn forget_busy(&self, credential: &str) {
-        self.busy.lock().retain(|b| b.credential != credential);
-    }
-
     /// The window index of the request that `budget` (a budget index) is,
     /// as a scope index for the denial.
     fn scope_index(request: &ReserveRequest<'_>, budget: usize) -> usize {
@@ -336,7 +287,8 @@ impl Spends {
             });
         }
         if let Some((budget, until)) =
-            self.known_busy(request.credential, &budgets, now, now + max_wait)
+            self.denials
+                .known(request.credential, &budgets, now, now + max_wait)
         {
             self.refund_all(runner, stale);
             let index = Self::scope_index(request, budget);
@@ -388,7 +340,7 @@ impl Spends {
         if result.is_ok() {
             // The script gave them back: room may have come with them.
             if !stale.is_empty() {
-                self.forget_busy(request.credential);
+                self.denials.forget(request.credential);
             }
             let mut held = self.held.lock();
             for member in &stale {
@@ -477,7 +429,7 @@ impl Spends {
                 if let Some(until) = busy
                     && let Some(denying) = budgets.get(budget)
                 {
-                    self.remember_busy(request.credential, denying, until);
+                    self.denials.remember(request.credential, denying, until);
                 }
                 let told = Told {
                     view,
@@ -572,7 +524,7 @@ impl Spends {
         member: &str,
     ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         let held = self.held.lock().remove(member)?;
-        self.forget_busy(&held.credential);
+        self.denials.forget(&held.credential);
         let (this, runner, member) = (self.clone(), runner.clone(), member.to_owned());
         Some(async move {
             let keys = runner.store().keys(&held.credential);

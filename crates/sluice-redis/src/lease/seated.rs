@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::{PoolKey, hold_until};
 use crate::credential::Cred;
+use crate::instant::beyond;
 use crate::store::SlotToken;
 use crate::worker::Jobs;
 
@@ -94,10 +95,7 @@ pub(crate) async fn hold_by_priority(
     } else {
         at
     };
-    // A slot due by the time the answer came starts now: the round trip
-    // put it a moment past a `latest` read before it (the window margin
-    // covers that), which is no wait.
-    if at > latest && at > Instant::now() {
+    if beyond(at, latest, Instant::now()) {
         slot.give_back();
         return SlotEnd::Late(at);
     }
@@ -116,7 +114,7 @@ pub(crate) async fn hold_by_priority(
         let Some((at, obtained)) = sitting.look(|slot| slot.obtained) else {
             return SlotEnd::Voided;
         };
-        if at > latest && at > Instant::now() {
+        if beyond(at, latest, Instant::now()) {
             return SlotEnd::Moved(at);
         }
         let kept = tokio::select! {

@@ -13,7 +13,7 @@ use crate::RedisConfig;
 use crate::breaker::Permit;
 use crate::credential::{Cred, Mode};
 use crate::decision::denied;
-use crate::instant::since;
+use crate::instant::{beyond, since};
 use crate::keys::part;
 use crate::runner::Runner;
 use crate::store::{Clock, ReserveArgs, Reserved, SlotToken, Void};
@@ -144,12 +144,7 @@ impl Leases {
                 // Redis said moments ago that nothing is free before
                 // `busy_until`: a call that cannot wait that long is told
                 // so without a round trip.
-                // (A start free by now is free: the answer that said so
-                // came a moment after this call read its `latest`.)
-                if let Some(busy) = state
-                    .busy_until
-                    .filter(|busy| latest < *busy && *busy > now)
-                {
+                if let Some(busy) = state.busy_until.filter(|busy| beyond(*busy, latest, now)) {
                     state.decisions.denied += 1;
                     return Obtained::Denied(denied(request, 0, since(busy, now), Hold::Rate));
                 }

@@ -80,7 +80,7 @@ impl Spends {
             return None;
         }
         if actual < estimate {
-            self.forget_busy(&credential);
+            self.denials.forget(&credential);
         }
         let (this, runner, member) = (self.clone(), runner.clone(), member.to_owned());
         let spends = self.clone();
@@ -97,7 +97,7 @@ impl Spends {
                 tracing::debug!(%error, "could not settle a spend in Redis; the estimate stays");
             }
             if actual < estimate {
-                spends.forget_busy(&credential);
+                spends.denials.forget(&credential);
             }
         })
     }

@@ -241,7 +241,7 @@ async fn a_burst_beside_a_window_is_one_bucket_over_both_gates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_is_remembered_for_the_calls_that_cannot_outwait_it() {
     let _turn = crate::support::module_turn(module_path!());
-    use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedWindow};
+    use sluice::shared::{Decision, SharedBudget, SharedWindow};
     let server = RedisServer::start();
     let budget = RedisBudget::connect(redis_config(&server.url()))
         .await
@@ -266,16 +266,7 @@ async fn a_denial_is_remembered_for_the_calls_that_cannot_outwait_it() {
         let budget = &budget;
         async move {
             budget
-                .reserve(ReserveRequest {
-                    credential: "key",
-                    scopes: &["api_key"],
-                    limit: None,
-                    windows: &windows,
-                    not_before: Duration::ZERO,
-                    max_wait,
-                    late_start: support::LATE_START,
-                    priority: sluice::Priority::Normal,
-                })
+                .reserve(support::spend_request(&windows, max_wait))
                 .await
         }
     };

@@ -225,7 +225,7 @@ async fn redis_down_holds_every_window_and_group_at_the_share() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_starts_no_sooner_than_redis_last_said_a_start_was_free() {
     let _turn = crate::support::module_turn(module_path!());
-    use sluice::shared::{Decision, ReserveRequest, SharedBudget, SharedWindow};
+    use sluice::shared::{Decision, SharedBudget, SharedWindow};
     let mut server = RedisServer::start();
     let connect = || async {
         Arc::new(
@@ -251,16 +251,7 @@ async fn the_fallback_starts_no_sooner_than_redis_last_said_a_start_was_free() {
             ..window("100/1h")
         },
     ];
-    let request = |max_wait| ReserveRequest {
-        credential: "key",
-        scopes: &["api_key"],
-        limit: None,
-        windows: &windows,
-        not_before: Duration::ZERO,
-        max_wait,
-        late_start: support::LATE_START,
-        priority: sluice::Priority::Normal,
-    };
+    let request = |max_wait| support::spend_request(&windows, max_wait);
     // The other process spends the window (its leased starts a few ms ahead).
     for _ in 0..5 {
         let decision = b.reserve(request(Duration::from_millis(100))).await;

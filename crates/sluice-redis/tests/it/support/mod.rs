@@ -368,3 +368,22 @@ pub async fn probe(budget: Arc<RedisBudget>, until: tokio::time::Instant) -> Dur
     }
     longest
 }
+
+/// A call on credential `key`'s scope `api_key` spending `windows`, from
+/// now, within `max_wait`, at normal priority: what the engine asks a
+/// shared budget for a credential of several windows.
+pub fn spend_request(
+    windows: &[sluice::shared::SharedWindow],
+    max_wait: Duration,
+) -> sluice::shared::ReserveRequest<'_> {
+    sluice::shared::ReserveRequest {
+        credential: "key",
+        scopes: &["api_key"],
+        limit: None,
+        windows,
+        not_before: Duration::ZERO,
+        max_wait,
+        late_start: LATE_START,
+        priority: sluice::Priority::Normal,
+    }
+}
